@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages conv1d-serve needs, only those missing.
+# Idempotent and quiet when everything is present.
+#   scripts/install_deps.sh            build + run the server
+#   scripts/install_deps.sh --test     also what the full test suite uses
+set -euo pipefail
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "install_deps.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
+)
+if [[ $want_test == 1 ]]; then
+  pkgs+=(
+    libgtest-dev libgmock-dev
+    python3 python3-grpcio python3-protobuf python3-numpy
+    prometheus            # real Prometheus server + promtool for metric tests
+    hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
+    kubectl yamllint shellcheck
+  )
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install_deps.sh: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install_deps.sh: need root or sudo to install packages" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs missing Debian packages, builds everything and runs every test
+# (unit, end to end, metrics with a real Prometheus, build checks of the CUDA
+# and HIP kernels). GPU tests skip themselves without a device; suites
+# labelled `slow` run only with --slow.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+slow=0
+for arg in "$@"; do
+  case "$arg" in
+    --slow) slow=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg'" >&2; exit 2 ;;
+  esac
+done
+scripts/install_deps.sh --test
+# nvcc lives outside PATH in the CUDA toolkit's default location.
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+jobs=$(nproc)
+cmake --preset default
+cmake --build --preset default -j "$jobs"
+if [[ $slow == 1 ]]; then
+  ctest --test-dir build --output-on-failure -j "$jobs"
+else
+  ctest --preset default -j "$jobs"
+fi

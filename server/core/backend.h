@@ -1,0 +1,62 @@
+// The interface every compute backend implements (cpu, echo, gpu).
+//
+// A backend computes a fused batch: several ConvSegments sharing one
+// BatchKey, each with its own B, L, weights and states. The scheduler runs
+// one thread per lane and calls RunBatch(lane, ...) only from that lane's
+// thread, so state kept per lane needs no lock; anything shared between
+// lanes must be thread-safe. Backends are created by their own factory
+// (e.g. CpuBackend::Create) and never see gRPC, protobuf or the scheduler.
+#ifndef CONV1D_SERVER_CORE_BACKEND_H_
+#define CONV1D_SERVER_CORE_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "server/core/conv_problem.h"
+
+namespace conv1d {
+
+// Stage times of one RunBatch, in seconds; backends fill what applies.
+struct BatchStats {
+  double pack_seconds = 0;
+  double h2d_seconds = 0;
+  double compute_seconds = 0;
+  double d2h_seconds = 0;
+  int64_t h2d_bytes = 0;
+  int64_t d2h_bytes = 0;
+  int32_t launches = 0;  // kernel launches (or CPU passes) used
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu", "echo", "gpu".
+  virtual const char* name() const = 0;
+  // Human-readable device names this backend computes on.
+  virtual std::vector<std::string> devices() const = 0;
+  // How many batches may run at once; the scheduler starts this many lanes.
+  virtual int num_lanes() const = 0;
+
+  // Checks a request the backend cannot serve even though it is valid in
+  // general (e.g. larger than its whole memory pool). Called by the frontend
+  // before submitting; thread-safe. Default: everything is accepted.
+  virtual absl::Status CanServe(const BatchKey& key,
+                                const ConvSegment& segment) const {
+    return absl::OkStatus();
+  }
+
+  // Computes every segment and writes all requested outputs. Blocking.
+  // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called
+  // from one thread per lane. A non-OK status fails the whole batch.
+  virtual absl::Status RunBatch(int lane, const BatchKey& key,
+                                absl::Span<ConvSegment* const> segments,
+                                BatchStats* stats) = 0;
+};
+
+}  // namespace conv1d
+
+#endif  // CONV1D_SERVER_CORE_BACKEND_H_

@@ -1,0 +1,59 @@
+#include "server/core/conv_problem.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace conv1d {
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kForward: return "forward";
+    case Op::kBackward: return "backward";
+    case Op::kUpdate: return "update";
+  }
+  return "?";
+}
+
+bool operator==(const BatchKey& a, const BatchKey& b) {
+  return a.op == b.op && a.x_dtype == b.x_dtype &&
+         a.weight_dtype == b.weight_dtype &&
+         a.grad_weight_dtype == b.grad_weight_dtype && a.dim == b.dim &&
+         a.width == b.width && a.activation == b.activation &&
+         a.layout == b.layout && a.has_bias == b.has_bias &&
+         a.has_initial_states == b.has_initial_states &&
+         a.return_final_states == b.return_final_states &&
+         a.has_dfinal_states == b.has_dfinal_states &&
+         a.return_dinitial_states == b.return_dinitial_states;
+}
+
+std::string BatchKey::DebugString() const {
+  std::string s = absl::StrCat(OpName(op), "/", DTypeName(x_dtype), ".",
+                               DTypeName(weight_dtype), "/D=", dim,
+                               "/W=", width, "/",
+                               activation == Activation::kSiLU ? "silu" : "none",
+                               "/", layout == Layout::kChannelFirst ? "cf" : "cl");
+  if (op == Op::kBackward) absl::StrAppend(&s, "/dw=", DTypeName(grad_weight_dtype));
+  if (has_bias) absl::StrAppend(&s, "/bias");
+  if (has_initial_states) absl::StrAppend(&s, "/init");
+  if (return_final_states) absl::StrAppend(&s, "/final");
+  if (has_dfinal_states) absl::StrAppend(&s, "/dfinal");
+  if (return_dinitial_states) absl::StrAppend(&s, "/dinit");
+  return s;
+}
+
+std::string BatchKey::Family() const {
+  return absl::StrCat(OpName(op), "/", DTypeName(x_dtype));
+}
+
+namespace {
+int64_t Bytes(const TensorView& v) { return v.present() ? v.bytes : 0; }
+int64_t Bytes(const OutputView& v) { return v.present() ? v.bytes : 0; }
+}  // namespace
+
+int64_t ConvSegment::bytes_moved() const {
+  return Bytes(x) + Bytes(dout) + Bytes(weight) + Bytes(bias) +
+         Bytes(initial_states) + Bytes(dfinal_states) + Bytes(conv_state) +
+         Bytes(y) + Bytes(final_states) + Bytes(dx) + Bytes(dweight) +
+         Bytes(dbias) + Bytes(dinitial_states) + Bytes(conv_state_out);
+}
+
+}  // namespace conv1d

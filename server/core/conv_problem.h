@@ -1,0 +1,90 @@
+// The operation the service computes, described without any wire or device
+// types: what a request asks for (ConvSegment) and which requests may share a
+// fused backend call (BatchKey).
+//
+// Math (see DESIGN §1): x̃ is x preceded by initial_states (zeros if absent),
+//   y[b,d,t] = act(bias[d] + Σ_k weight[d,k] · x̃[b,d,t-(W-1)+k]).
+// Layouts: activations are [B,D,L] (kChannelFirst) or [B,L,D] (kChannelLast);
+// weight is [D,W]; bias [D]; every state tensor is [B,D,K] in both layouts
+// (K = W-1, or K >= W-1 for the decode conv_state).
+//
+// Plain values; no synchronisation needed.
+#ifndef CONV1D_SERVER_CORE_CONV_PROBLEM_H_
+#define CONV1D_SERVER_CORE_CONV_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/hash/hash.h"
+#include "server/core/dtype.h"
+#include "server/core/tensor.h"
+
+namespace conv1d {
+
+enum class Op : uint8_t { kForward = 0, kBackward = 1, kUpdate = 2 };
+enum class Layout : uint8_t { kChannelFirst = 0, kChannelLast = 1 };
+enum class Activation : uint8_t { kNone = 0, kSiLU = 1 };
+
+inline constexpr int kMaxWidth = 64;
+
+const char* OpName(Op op);  // "forward", "backward", "update"
+
+// Everything that must be equal for requests to be fused into one backend
+// call. B, L (and the update's state length) may differ between fused
+// requests, and so may their weights.
+struct BatchKey {
+  Op op = Op::kForward;
+  DType x_dtype = DType::kF32;       // x, y, dout, dx, states
+  DType weight_dtype = DType::kF32;  // weight, bias
+  DType grad_weight_dtype = DType::kF32;  // dweight, dbias (backward only)
+  int64_t dim = 0;                   // D
+  int32_t width = 0;                 // W
+  Activation activation = Activation::kNone;
+  Layout layout = Layout::kChannelFirst;
+  bool has_bias = false;
+  bool has_initial_states = false;      // forward, backward
+  bool return_final_states = false;     // forward
+  bool has_dfinal_states = false;       // backward
+  bool return_dinitial_states = false;  // backward
+
+  friend bool operator==(const BatchKey& a, const BatchKey& b);
+  friend bool operator!=(const BatchKey& a, const BatchKey& b) { return !(a == b); }
+  template <typename H>
+  friend H AbslHashValue(H h, const BatchKey& k) {
+    return H::combine(std::move(h), k.op, k.x_dtype, k.weight_dtype,
+                      k.grad_weight_dtype, k.dim, k.width, k.activation,
+                      k.layout, k.has_bias, k.has_initial_states,
+                      k.return_final_states, k.has_dfinal_states,
+                      k.return_dinitial_states);
+  }
+  // Human-readable, e.g. "forward/fp32.fp32/D=2048/W=4/silu/cf/bias".
+  std::string DebugString() const;
+  // Coarse label for metrics: "<op>/<x_dtype>".
+  std::string Family() const;
+};
+
+// One request's tensors. Inputs are views; outputs point at storage the
+// submitter provides, already sized. Which optional members are present
+// is fixed by the BatchKey. Shapes (B = batch, L = seqlen, D and W from
+// the key):
+//   forward : x, weight, [bias], [initial_states]       -> y, [final_states]
+//   backward: x, dout, weight, [bias], [initial_states], [dfinal_states]
+//             -> dx, dweight, [dbias], [dinitial_states]
+//   update  : x (L = S new tokens), conv_state [B,D,state_len], weight, [bias]
+//             -> y, conv_state_out [B,D,state_len]
+struct ConvSegment {
+  int64_t batch = 0;      // B
+  int64_t seqlen = 0;     // L (S for update)
+  int64_t state_len = 0;  // update only: K >= W-1
+  TensorView x, dout, weight, bias, initial_states, dfinal_states, conv_state;
+  OutputView y, final_states, dx, dweight, dbias, dinitial_states,
+      conv_state_out;
+
+  // Bytes read plus bytes written for this segment; used for batch budgets
+  // and throughput figures.
+  int64_t bytes_moved() const;
+};
+
+}  // namespace conv1d
+
+#endif  // CONV1D_SERVER_CORE_CONV_PROBLEM_H_
