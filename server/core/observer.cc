@@ -1,0 +1,17 @@
+#include "server/core/observer.h"
+
+namespace conv1d {
+
+const char* RejectReasonName(RejectReason r) {
+  switch (r) {
+    case RejectReason::kInvalid: return "invalid";
+    case RejectReason::kQueueFull: return "queue_full";
+    case RejectReason::kDeadline: return "deadline";
+    case RejectReason::kCancelled: return "cancelled";
+    case RejectReason::kTooLarge: return "too_large";
+    case RejectReason::kDraining: return "draining";
+  }
+  return "unknown";
+}
+
+}  // namespace conv1d
