@@ -56,6 +56,10 @@ class Observer {
 
   // Backend health: a device hit an error it cannot recover from.
   virtual void OnDeviceError(int device, const std::string& message) {}
+
+  // Frontend: the serving state that grpc.health.v1 reports changed (true
+  // once the server accepts requests, false while draining / NOT_SERVING).
+  virtual void OnServingChanged(bool serving) {}
 };
 
 class NoopObserver final : public Observer {};
