@@ -1,0 +1,357 @@
+#include "server/core/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace conv1d {
+namespace {
+
+constexpr int32_t kMaxBatchRequestsLimit = 65536;
+constexpr int64_t kMaxQueueDelayUsLimit = 10'000'000;
+constexpr int32_t kMaxQueuedRequestsLimit = 16'777'216;
+
+void Finish(Task& task, const absl::Status& status) {
+  if (task.on_done) task.on_done(status, task.timings);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const SchedulerOptions& options, Backend* backend, Clock* clock,
+    Observer* observer) {
+  if (options.max_batch_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_bytes must be >= 1, got ", options.max_batch_bytes));
+  }
+  if (options.max_batch_requests < 1 ||
+      options.max_batch_requests > kMaxBatchRequestsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_requests must be in [1, ", kMaxBatchRequestsLimit,
+        "], got ", options.max_batch_requests));
+  }
+  if (options.max_queue_delay_us < 0 ||
+      options.max_queue_delay_us > kMaxQueueDelayUsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queue_delay_us must be in [0, ", kMaxQueueDelayUsLimit,
+        "], got ", options.max_queue_delay_us));
+  }
+  if (options.max_queued_requests < 1 ||
+      options.max_queued_requests > kMaxQueuedRequestsLimit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queued_requests must be in [1, ", kMaxQueuedRequestsLimit,
+        "], got ", options.max_queued_requests));
+  }
+  if (backend == nullptr) return absl::InvalidArgumentError("backend is null");
+  if (clock == nullptr) return absl::InvalidArgumentError("clock is null");
+  const int num_lanes = backend->num_lanes();
+  if (num_lanes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend '", backend->name(), "' reports ", num_lanes,
+                     " lanes; at least 1 is needed"));
+  }
+  std::unique_ptr<Scheduler> scheduler(
+      new Scheduler(options, backend, clock, observer));
+  {
+    absl::MutexLock lock(&scheduler->shutdown_mu_);
+    for (int lane = 0; lane < num_lanes; ++lane) {
+      Scheduler* s = scheduler.get();
+      scheduler->lanes_.emplace_back([s, lane] { s->LaneLoop(lane); });
+    }
+  }
+  return scheduler;
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, Backend* backend,
+                     Clock* clock, Observer* observer)
+    : options_(options),
+      max_queue_delay_(absl::Microseconds(options.max_queue_delay_us)),
+      backend_(backend),
+      clock_(clock),
+      observer_(observer) {}
+
+Scheduler::~Scheduler() { Shutdown(); }
+
+absl::Status Scheduler::Submit(std::unique_ptr<Task>* task) {
+  if (task == nullptr || *task == nullptr) {
+    return absl::InvalidArgumentError("Submit: task is null");
+  }
+  RejectReason reason;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!accepting_) {
+      reason = RejectReason::kDraining;
+      status = absl::UnavailableError(
+          "scheduler is shutting down and accepts no new requests");
+    } else if (queued_ >= options_.max_queued_requests) {
+      ++stats_.rejected_queue_full;
+      reason = RejectReason::kQueueFull;
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "request queue is full (max_queued_requests=",
+          options_.max_queued_requests, "); retry later"));
+    } else {
+      Task& t = **task;
+      t.timings.enqueued = clock_->Now();
+      const int64_t bytes = t.bytes();
+      auto [it, inserted] = queues_.try_emplace(t.key);
+      KeyQueue& q = it->second;
+      if (inserted) q.family = t.key.Family();
+      q.entries.push_back(Entry{std::move(*task), next_seq_++, bytes});
+      q.bytes += bytes;
+      ++queued_;
+      ++family_depth_[q.family];
+      ++stats_.submitted;
+      ReportDepthLocked(q.family);
+      return absl::OkStatus();
+    }
+  }
+  if (observer_ != nullptr) observer_->OnRejected(reason);
+  return status;
+}
+
+void Scheduler::Shutdown(absl::Duration timeout) {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  if (shut_down_) return;
+  std::vector<std::unique_ptr<Task>> abandoned;
+  {
+    absl::MutexLock lock(&mu_);
+    accepting_ = false;
+    draining_ = true;
+    const absl::Time deadline = clock_->Now() + timeout;
+    auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return queued_ == 0;
+    };
+    while (queued_ > 0 && clock_->Now() < deadline) {
+      clock_->AwaitWithDeadline(&mu_, absl::Condition(&drained), deadline);
+    }
+    for (auto it = queues_.begin(); it != queues_.end();) {
+      KeyQueue& q = it->second;
+      const int64_t n = static_cast<int64_t>(q.entries.size());
+      for (Entry& e : q.entries) abandoned.push_back(std::move(e.task));
+      q.entries.clear();
+      q.bytes = 0;
+      queued_ -= n;
+      family_depth_[q.family] -= n;
+      if (n > 0) ReportDepthLocked(q.family);
+      // A claimed queue's lane erases it when it wakes (draining_ wakes it).
+      if (!q.claimed) {
+        queues_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    stats_.dropped_shutdown += static_cast<int64_t>(abandoned.size());
+  }
+  if (!abandoned.empty()) {
+    const absl::Status status = absl::UnavailableError(absl::StrCat(
+        "server shutting down: request was still queued when the drain "
+        "timeout (",
+        absl::FormatDuration(timeout), ") expired"));
+    const absl::Time now = clock_->Now();
+    for (auto& task : abandoned) {
+      if (observer_ != nullptr) observer_->OnRejected(RejectReason::kDraining);
+      task->timings.batch_start = task->timings.batch_end = now;
+      Finish(*task, status);
+      task.reset();
+    }
+  }
+  for (std::thread& t : lanes_) t.join();
+  lanes_.clear();
+  shut_down_ = true;
+}
+
+int64_t Scheduler::queued_requests() const {
+  absl::MutexLock lock(&mu_);
+  return queued_;
+}
+
+SchedulerStats Scheduler::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+bool Scheduler::HasUnclaimedWorkLocked() const {
+  for (const auto& [key, q] : queues_) {
+    if (!q.claimed && !q.entries.empty()) return true;
+  }
+  return false;
+}
+
+bool Scheduler::PickKeyLocked(BatchKey* key) const {
+  const KeyQueue* best = nullptr;
+  for (const auto& [k, q] : queues_) {
+    if (q.claimed || q.entries.empty()) continue;
+    if (best == nullptr || q.entries.front().seq < best->entries.front().seq) {
+      best = &q;
+      *key = k;
+    }
+  }
+  return best != nullptr;
+}
+
+bool Scheduler::BatchFullLocked(const KeyQueue& q) const {
+  return static_cast<int64_t>(q.entries.size()) >= options_.max_batch_requests ||
+         q.bytes >= options_.max_batch_bytes;
+}
+
+void Scheduler::TakeBatchLocked(const BatchKey& key,
+                                std::vector<std::unique_ptr<Task>>* batch) {
+  auto it = queues_.find(key);
+  if (it == queues_.end()) return;
+  KeyQueue& q = it->second;
+  int64_t bytes = 0;
+  while (!q.entries.empty() &&
+         static_cast<int64_t>(batch->size()) < options_.max_batch_requests) {
+    Entry& e = q.entries.front();
+    if (!batch->empty() && bytes + e.bytes > options_.max_batch_bytes) break;
+    bytes += e.bytes;
+    q.bytes -= e.bytes;
+    batch->push_back(std::move(e.task));
+    q.entries.pop_front();
+  }
+  const int64_t n = static_cast<int64_t>(batch->size());
+  if (n > 0) {
+    queued_ -= n;
+    family_depth_[q.family] -= n;
+    ReportDepthLocked(q.family);
+  }
+  if (q.entries.empty() && !q.claimed) queues_.erase(it);
+}
+
+void Scheduler::ReportDepthLocked(const std::string& family) {
+  if (observer_ != nullptr) {
+    observer_->OnQueueDepth(family, family_depth_[family]);
+  }
+}
+
+void Scheduler::LaneLoop(int lane) {
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return HasUnclaimedWorkLocked() || (draining_ && queued_ == 0);
+  };
+  while (true) {
+    BatchKey key;
+    std::vector<std::unique_ptr<Task>> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&has_work));
+      if (!PickKeyLocked(&key)) return;  // drained
+      if (max_queue_delay_ > absl::ZeroDuration() && !draining_) {
+        KeyQueue& q = queues_.find(key)->second;
+        if (!BatchFullLocked(q)) {
+          // Claim the key so no other lane splits this batch; other lanes
+          // keep serving other keys while this one waits.
+          q.claimed = true;
+          const absl::Time deadline =
+              q.entries.front().task->timings.enqueued + max_queue_delay_;
+          auto full = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            auto it = queues_.find(key);
+            return draining_ || it == queues_.end() ||
+                   BatchFullLocked(it->second);
+          };
+          clock_->AwaitWithDeadline(&mu_, absl::Condition(&full), deadline);
+          // Looked up again: the map may have rehashed while we waited.
+          auto it = queues_.find(key);
+          if (it == queues_.end()) continue;
+          it->second.claimed = false;
+          if (it->second.entries.empty()) {  // failed by Shutdown meanwhile
+            queues_.erase(it);
+            continue;
+          }
+        }
+      }
+      TakeBatchLocked(key, &batch);
+    }
+    if (!batch.empty()) RunBatch(lane, key, std::move(batch));
+  }
+}
+
+void Scheduler::RunBatch(int lane, const BatchKey& key,
+                         std::vector<std::unique_ptr<Task>> batch) {
+  const absl::Time start = clock_->Now();
+  std::vector<std::unique_ptr<Task>> run;
+  std::vector<std::pair<std::unique_ptr<Task>, absl::Status>> dropped;
+  run.reserve(batch.size());
+  for (auto& task : batch) {
+    task->timings.batch_start = start;
+    const absl::Duration queue_time = start - task->timings.enqueued;
+    if (observer_ != nullptr) observer_->OnTaskDequeued(key, queue_time);
+    if (task->cancelled && task->cancelled()) {
+      dropped.emplace_back(std::move(task),
+                           absl::CancelledError(
+                               "request cancelled by the client while queued"));
+    } else if (task->deadline <= start) {
+      dropped.emplace_back(
+          std::move(task),
+          absl::DeadlineExceededError(absl::StrCat(
+              "deadline passed while queued (queued for ",
+              absl::FormatDuration(queue_time), "; not computed)")));
+    } else {
+      run.push_back(std::move(task));
+    }
+  }
+
+  if (!dropped.empty()) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [task, status] : dropped) {
+        if (absl::IsCancelled(status)) {
+          ++stats_.dropped_cancelled;
+        } else {
+          ++stats_.dropped_deadline;
+        }
+      }
+    }
+    for (auto& [task, status] : dropped) {
+      if (observer_ != nullptr) {
+        observer_->OnRejected(absl::IsCancelled(status)
+                                  ? RejectReason::kCancelled
+                                  : RejectReason::kDeadline);
+      }
+      task->timings.batch_end = start;
+      Finish(*task, status);
+      task.reset();
+    }
+  }
+  if (run.empty()) return;
+
+  std::vector<ConvSegment*> segments;
+  segments.reserve(run.size());
+  int64_t sequences = 0;
+  int64_t bytes = 0;
+  for (auto& task : run) {
+    segments.push_back(&task->segment);
+    sequences += task->segment.batch;
+    bytes += task->bytes();
+  }
+  BatchStats batch_stats;
+  const absl::Status status =
+      backend_->RunBatch(lane, key, absl::MakeConstSpan(segments), &batch_stats);
+  const absl::Time end = clock_->Now();
+  const int32_t n = static_cast<int32_t>(run.size());
+  if (observer_ != nullptr) {
+    observer_->OnBatchDone(lane, key, n, sequences, bytes, batch_stats,
+                           end - start);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.batches;
+    if (n > 1) ++stats_.fused_batches;
+    stats_.max_batch_requests_seen =
+        std::max<int64_t>(stats_.max_batch_requests_seen, n);
+    if (status.ok()) {
+      stats_.completed += n;
+    } else {
+      stats_.failed += n;
+    }
+  }
+  for (auto& task : run) {
+    task->timings.batch_end = end;
+    task->timings.batch_requests = n;
+    Finish(*task, status);
+    task.reset();
+  }
+}
+
+}  // namespace conv1d
