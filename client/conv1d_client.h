@@ -1,0 +1,133 @@
+// Conv1dClient: the C++ client of the conv1d.v1 gRPC service.
+//
+// Typed sync and async calls for every RPC of conv1d.v1.Conv1d plus
+// grpc.health.v1 Health/Check; per-call deadlines; retries with exponential
+// backoff and jitter on UNAVAILABLE / RESOURCE_EXHAUSTED (the server's
+// `grpc-retry-pushback-ms` trailer wins over the computed delay); several
+// channels (one TCP connection each), used round-robin, across one or more
+// targets; 1 GiB message limit by default. Results are absl::Status(Or).
+//
+// Used by the command-line client, the load generator and applications.
+// Thread-safe: one client may be shared by any number of threads. Async
+// callbacks run on gRPC's callback threads and must not block for long.
+// The client must outlive every call it has started.
+#ifndef CONV1D_CLIENT_CONV1D_CLIENT_H_
+#define CONV1D_CLIENT_CONV1D_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/retry.h"
+#include "conv1d/v1/conv1d.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace conv1d {
+
+struct ClientOptions {
+  // host:port addresses; several targets are used round-robin (replicas).
+  std::vector<std::string> targets = {"localhost:50051"};
+  // Channels in all, spread over the targets; each is its own connection.
+  int num_channels = 1;
+  int64_t max_message_bytes = int64_t{1} << 30;
+  // Deadline of a call (all its attempts) unless CallOptions says otherwise.
+  absl::Duration default_timeout = absl::Seconds(60);
+  RetryPolicy retry;
+  // Queue calls while a channel connects instead of failing fast.
+  bool wait_for_ready = false;
+};
+
+struct CallOptions {
+  absl::Duration timeout = absl::ZeroDuration();  // zero: the default
+  int max_attempts = 0;                           // zero: the policy's
+};
+
+enum class HealthStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceUnknown = 3 };
+const char* HealthStatusName(HealthStatus s);
+
+// Splits "a:1,b:2" into targets.
+std::vector<std::string> SplitTargets(absl::string_view list);
+
+class Conv1dClient {
+ public:
+  template <typename T>
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<T>)>;
+
+  static absl::StatusOr<std::unique_ptr<Conv1dClient>> Create(ClientOptions options);
+  ~Conv1dClient();
+
+  absl::StatusOr<v1::ForwardResponse> Forward(const v1::ForwardRequest& req,
+                                              const CallOptions& opts = {});
+  absl::StatusOr<v1::BackwardResponse> Backward(const v1::BackwardRequest& req,
+                                                const CallOptions& opts = {});
+  absl::StatusOr<v1::UpdateResponse> Update(const v1::UpdateRequest& req,
+                                            const CallOptions& opts = {});
+  absl::StatusOr<v1::RegisterWeightsResponse> RegisterWeights(
+      const v1::RegisterWeightsRequest& req, const CallOptions& opts = {});
+  absl::StatusOr<v1::UnregisterWeightsResponse> UnregisterWeights(
+      const v1::UnregisterWeightsRequest& req, const CallOptions& opts = {});
+  absl::StatusOr<v1::ListWeightsResponse> ListWeights(const CallOptions& opts = {});
+  absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& opts = {});
+  // grpc.health.v1 Check; `service` "" asks about the whole server.
+  absl::StatusOr<HealthStatus> Health(const std::string& service = "",
+                                      const CallOptions& opts = {});
+
+  // Async forms: the request is shared, not copied (large payloads), and must
+  // not change until `done` runs. `done` runs exactly once.
+  void ForwardAsync(std::shared_ptr<const v1::ForwardRequest> req,
+                    const CallOptions& opts, Callback<v1::ForwardResponse> done);
+  void BackwardAsync(std::shared_ptr<const v1::BackwardRequest> req,
+                     const CallOptions& opts, Callback<v1::BackwardResponse> done);
+  void UpdateAsync(std::shared_ptr<const v1::UpdateRequest> req,
+                   const CallOptions& opts, Callback<v1::UpdateResponse> done);
+  void RegisterWeightsAsync(std::shared_ptr<const v1::RegisterWeightsRequest> req,
+                            const CallOptions& opts,
+                            Callback<v1::RegisterWeightsResponse> done);
+  void UnregisterWeightsAsync(std::shared_ptr<const v1::UnregisterWeightsRequest> req,
+                              const CallOptions& opts,
+                              Callback<v1::UnregisterWeightsResponse> done);
+  void ListWeightsAsync(const CallOptions& opts, Callback<v1::ListWeightsResponse> done);
+  void ServerInfoAsync(const CallOptions& opts, Callback<v1::ServerInfoResponse> done);
+  void HealthAsync(const std::string& service, const CallOptions& opts,
+                   Callback<HealthStatus> done);
+
+  const ClientOptions& options() const { return options_; }
+  int num_channels() const { return static_cast<int>(channels_.size()); }
+  // Calls that were retried at least once since creation.
+  int64_t retried_calls() const { return retried_calls_.load(); }
+
+  // One connection and its stubs; public for the call machinery in the .cc.
+  struct Channel {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<v1::Conv1d::Stub> stub;
+    std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  };
+
+ private:
+  explicit Conv1dClient(ClientOptions options) : options_(std::move(options)) {}
+  template <typename Req, typename Resp, typename Invoke>
+  void StartAsync(std::shared_ptr<const Req> req, const CallOptions& opts,
+                  Invoke invoke, Callback<Resp> done);
+  template <typename Req, typename Resp, typename Invoke>
+  absl::StatusOr<Resp> CallSync(const Req& req, const CallOptions& opts, Invoke invoke);
+
+  Channel& NextChannel();
+
+  ClientOptions options_;
+  std::vector<Channel> channels_;
+  std::atomic<uint64_t> next_channel_{0};
+  std::atomic<int64_t> retried_calls_{0};
+
+  template <typename Req, typename Resp, typename Invoke>
+  friend class AsyncCall;
+};
+
+}  // namespace conv1d
+
+#endif  // CONV1D_CLIENT_CONV1D_CLIENT_H_
