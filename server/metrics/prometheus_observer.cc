@@ -1,0 +1,461 @@
+#include "server/metrics/prometheus_observer.h"
+
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "prometheus/text_serializer.h"
+
+namespace conv1d {
+namespace {
+
+// The RPCs of conv1d.v1.Conv1d; their series exist from start-up so that
+// rate() and increase() see a zero before the first request.
+constexpr const char* kKnownMethods[] = {
+    "Forward",     "Backward",    "Update",    "RegisterWeights",
+    "UnregisterWeights", "ListWeights", "ServerInfo"};
+
+// Codes whose series are created up front for every method: the ones the
+// service returns in normal operation, so error ratios start from zero.
+constexpr absl::StatusCode kCommonCodes[] = {
+    absl::StatusCode::kOk,               absl::StatusCode::kCancelled,
+    absl::StatusCode::kInvalidArgument,  absl::StatusCode::kDeadlineExceeded,
+    absl::StatusCode::kNotFound,         absl::StatusCode::kResourceExhausted,
+    absl::StatusCode::kInternal,         absl::StatusCode::kUnavailable};
+
+constexpr const char* kPools[] = {"device_reserved", "device_in_use", "pinned"};
+
+constexpr int kNumOps = 3;
+constexpr Op kOps[kNumOps] = {Op::kForward, Op::kBackward, Op::kUpdate};
+constexpr DType kDTypes[kNumDTypes] = {DType::kF32, DType::kF16, DType::kBF16};
+
+std::string FamilyName(size_t index) {
+  return absl::StrCat(OpName(kOps[index / kNumDTypes]), "/",
+                      DTypeName(kDTypes[index % kNumDTypes]));
+}
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+std::vector<double> PrometheusObserver::DurationBuckets() {
+  std::vector<double> b;
+  for (double decade = 1e-5; decade < 10; decade *= 10) {
+    b.push_back(decade);
+    b.push_back(2.5 * decade);
+    b.push_back(5 * decade);
+  }
+  b.push_back(10);
+  return b;
+}
+
+std::vector<double> PrometheusObserver::CountBuckets() {
+  std::vector<double> b;
+  for (double v = 1; v <= 16384; v *= 2) b.push_back(v);
+  return b;
+}
+
+std::vector<double> PrometheusObserver::ByteBuckets() {
+  std::vector<double> b;
+  for (double v = 1024; v <= 4.0 * 1024 * 1024 * 1024; v *= 4) b.push_back(v);
+  return b;
+}
+
+PrometheusObserver::PrometheusObserver()
+    : registry_(std::make_shared<prometheus::Registry>()) {}
+
+PrometheusObserver::~PrometheusObserver() = default;
+
+absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
+    const MetricsOptions& options) {
+  std::unique_ptr<PrometheusObserver> obs(new PrometheusObserver());
+  try {
+    obs->BuildFamilies(options);
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("metrics: cannot create metric families: ", e.what()));
+  }
+  if (options.listen_address.empty()) return obs;
+  try {
+    // One thread serves scrapes; a second lets a slow scraper not block
+    // another (Prometheus plus a human with curl).
+    obs->exposer_ =
+        std::make_unique<prometheus::Exposer>(options.listen_address, 2);
+    obs->exposer_->RegisterCollectable(obs->registry_);
+    std::vector<int> ports = obs->exposer_->GetListeningPorts();
+    obs->bound_port_ = ports.empty() ? 0 : ports.front();
+  } catch (const std::exception& e) {
+    obs->exposer_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on '", options.listen_address,
+                     "' (address in use or malformed host:port): ", e.what()));
+  }
+  return obs;
+}
+
+void PrometheusObserver::BuildFamilies(const MetricsOptions& options) {
+  prometheus::Registry& r = *registry_;
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+
+  auto& build_info =
+      BuildGauge()
+          .Name("conv1d_build_info")
+          .Help("Always 1; labels carry the server's version, source revision, "
+                "backend and devices.")
+          .Register(r);
+  build_info
+      .Add({{"version", options.version},
+            {"git_sha", options.git_sha},
+            {"backend", options.backend},
+            {"devices", absl::StrJoin(options.devices, ",")}})
+      .Set(1);
+  BuildGauge()
+      .Name("conv1d_start_time_seconds")
+      .Help("Unix time at which the metrics of this server process started.")
+      .Register(r)
+      .Add({})
+      .Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  serving_ = &BuildGauge()
+                  .Name("conv1d_health_serving")
+                  .Help("1 while the health service reports SERVING, 0 while "
+                        "starting or draining (NOT_SERVING).")
+                  .Register(r)
+                  .Add({});
+
+  requests_total_ = &BuildCounter()
+                         .Name("conv1d_requests_total")
+                         .Help("Finished RPCs by method and gRPC status code.")
+                         .Register(r);
+  request_seconds_ =
+      &BuildHistogram()
+           .Name("conv1d_request_duration_seconds")
+           .Help("RPC latency seen by the server, from the handler's start to "
+                 "the response, by method.")
+           .Register(r);
+  in_flight_ = &BuildGauge()
+                    .Name("conv1d_requests_in_flight")
+                    .Help("RPCs started and not yet finished, by method.")
+                    .Register(r);
+  received_bytes_ = &BuildCounter()
+                         .Name("conv1d_received_bytes_total")
+                         .Help("Request message bytes received, by method.")
+                         .Register(r);
+  sent_bytes_ = &BuildCounter()
+                     .Name("conv1d_sent_bytes_total")
+                     .Help("Response message bytes sent, by method.")
+                     .Register(r);
+
+  auto& rejections =
+      BuildCounter()
+          .Name("conv1d_rejections_total")
+          .Help("Requests turned away before compute, by reason.")
+          .Register(r);
+  for (int i = 0; i < static_cast<int>(rejections_.size()); ++i) {
+    rejections_[i] = &rejections.Add(
+        {{"reason", RejectReasonName(static_cast<RejectReason>(i))}});
+  }
+
+  queue_depth_ = &BuildGauge()
+                      .Name("conv1d_queue_depth")
+                      .Help("Tasks waiting in the scheduler, by batch-key "
+                            "family (op/dtype).")
+                      .Register(r);
+  queue_seconds_ = &BuildHistogram()
+                        .Name("conv1d_request_queue_seconds")
+                        .Help("Time a task waited in the scheduler queue "
+                              "before its batch started, by family.")
+                        .Register(r);
+  pack_seconds_ = &BuildHistogram()
+                       .Name("conv1d_pack_seconds")
+                       .Help("Time to pack one batch into staging memory, by "
+                             "family.")
+                       .Register(r);
+  compute_seconds_ = &BuildHistogram()
+                          .Name("conv1d_compute_seconds")
+                          .Help("Kernel (or CPU compute) time of one fused "
+                                "batch, by family.")
+                          .Register(r);
+  copy_seconds_ = &BuildHistogram()
+                       .Name("conv1d_copy_seconds")
+                       .Help("Host-device copy time of one batch, by family "
+                             "and direction (h2d, d2h).")
+                       .Register(r);
+  copy_bytes_ = &BuildCounter()
+                     .Name("conv1d_copy_bytes_total")
+                     .Help("Bytes copied between host and device, by family "
+                           "and direction (h2d, d2h).")
+                     .Register(r);
+  batch_requests_ = &BuildHistogram()
+                         .Name("conv1d_batch_requests")
+                         .Help("Requests fused into one backend batch, by "
+                               "family.")
+                         .Register(r);
+  batch_sequences_ = &BuildHistogram()
+                          .Name("conv1d_batch_sequences")
+                          .Help("Sequences (sum of B) in one backend batch, "
+                                "by family.")
+                          .Register(r);
+  batch_bytes_ = &BuildHistogram()
+                      .Name("conv1d_batch_bytes")
+                      .Help("Tensor bytes read and written by one backend "
+                            "batch, by family.")
+                      .Register(r);
+  launches_ = &BuildCounter()
+                   .Name("conv1d_kernel_launches_total")
+                   .Help("Kernel launches (CPU passes on the cpu backend), "
+                         "by family.")
+                   .Register(r);
+  lane_busy_ = &BuildCounter()
+                    .Name("conv1d_lane_busy_seconds_total")
+                    .Help("Time each lane spent running batches; its rate is "
+                          "the lane's utilisation.")
+                    .Register(r);
+
+  pool_bytes_ = &BuildGauge()
+                     .Name("conv1d_pool_bytes")
+                     .Help("Memory pool sizes by pool (device_reserved, "
+                           "device_in_use, pinned) and device index.")
+                     .Register(r);
+  device_errors_ = &BuildCounter()
+                        .Name("conv1d_device_errors_total")
+                        .Help("Unrecoverable device errors, by device index.")
+                        .Register(r);
+  auto& weight_sets = BuildGauge()
+                          .Name("conv1d_weight_sets")
+                          .Help("Registered weight sets.")
+                          .Register(r);
+  weight_sets_ = &weight_sets.Add({});
+  auto& weight_bytes = BuildGauge()
+                           .Name("conv1d_weight_bytes")
+                           .Help("Bytes held by registered weight sets.")
+                           .Register(r);
+  weight_bytes_ = &weight_bytes.Add({});
+
+  for (const char* m : kKnownMethods) methods_.push_back(NewMethod(m));
+}
+
+template <typename T>
+T* PrometheusObserver::Keep(std::unique_ptr<T> owned,
+                            std::vector<std::unique_ptr<T>>* storage) {
+  T* raw = owned.get();
+  absl::MutexLock lock(&storage_mu_);
+  storage->push_back(std::move(owned));
+  return raw;
+}
+
+std::unique_ptr<PrometheusObserver::MethodSeries> PrometheusObserver::NewMethod(
+    const std::string& name) {
+  auto m = std::make_unique<MethodSeries>();
+  m->name = name;
+  const prometheus::Labels labels = {{"method", name}};
+  m->latency = &request_seconds_->Add(labels, DurationBuckets());
+  m->in_flight = &in_flight_->Add(labels);
+  m->received_bytes = &received_bytes_->Add(labels);
+  m->sent_bytes = &sent_bytes_->Add(labels);
+  for (absl::StatusCode code : kCommonCodes) {
+    const int c = static_cast<int>(code);
+    m->requests.Get(c, [&] {
+      return &requests_total_->Add(
+          {{"method", name}, {"code", absl::StatusCodeToString(code)}});
+    });
+  }
+  return m;
+}
+
+PrometheusObserver::MethodSeries* PrometheusObserver::Method(
+    const char* method) {
+  if (method == nullptr) method = "unknown";
+  for (size_t i = 0; i < methods_.size(); ++i) {
+    if (std::strcmp(kKnownMethods[i], method) == 0) return methods_[i].get();
+  }
+  const std::string name(method);
+  return extra_methods_.Get(name, [&] {
+    return Keep(NewMethod(name), &extra_method_storage_);
+  });
+}
+
+std::unique_ptr<PrometheusObserver::FamilySeries> PrometheusObserver::NewFamily(
+    const std::string& family) {
+  auto f = std::make_unique<FamilySeries>();
+  const prometheus::Labels labels = {{"family", family}};
+  f->queue_depth = &queue_depth_->Add(labels);
+  f->queue_seconds = &queue_seconds_->Add(labels, DurationBuckets());
+  f->pack_seconds = &pack_seconds_->Add(labels, DurationBuckets());
+  f->compute_seconds = &compute_seconds_->Add(labels, DurationBuckets());
+  f->h2d_seconds = &copy_seconds_->Add(
+      {{"family", family}, {"direction", "h2d"}}, DurationBuckets());
+  f->d2h_seconds = &copy_seconds_->Add(
+      {{"family", family}, {"direction", "d2h"}}, DurationBuckets());
+  f->h2d_bytes = &copy_bytes_->Add({{"family", family}, {"direction", "h2d"}});
+  f->d2h_bytes = &copy_bytes_->Add({{"family", family}, {"direction", "d2h"}});
+  f->batch_requests = &batch_requests_->Add(labels, CountBuckets());
+  f->batch_sequences = &batch_sequences_->Add(labels, CountBuckets());
+  f->batch_bytes = &batch_bytes_->Add(labels, ByteBuckets());
+  f->launches = &launches_->Add(labels);
+  return f;
+}
+
+PrometheusObserver::FamilySeries* PrometheusObserver::Family(
+    const BatchKey& key) {
+  const size_t op = static_cast<size_t>(key.op);
+  const size_t dt = static_cast<size_t>(key.x_dtype);
+  if (op >= static_cast<size_t>(kNumOps) || dt >= static_cast<size_t>(kNumDTypes)) {
+    return FamilyByName(key.Family());
+  }
+  const size_t index = op * kNumDTypes + dt;
+  return families_.Get(index, [&] {
+    return Keep(NewFamily(FamilyName(index)), &family_storage_);
+  });
+}
+
+PrometheusObserver::FamilySeries* PrometheusObserver::FamilyByName(
+    const std::string& family) {
+  // The scheduler names families by BatchKey::Family(); map the known ones
+  // onto the same slots OnTaskDequeued/OnBatchDone use.
+  for (size_t i = 0; i < kNumFamilies; ++i) {
+    const size_t op = i / kNumDTypes, dt = i % kNumDTypes;
+    const char* op_name = OpName(kOps[op]);
+    const size_t n = std::strlen(op_name);
+    if (family.size() > n && family.compare(0, n, op_name) == 0 &&
+        family[n] == '/' && family.compare(n + 1, std::string::npos,
+                                           DTypeName(kDTypes[dt])) == 0) {
+      return families_.Get(i, [&] {
+        return Keep(NewFamily(FamilyName(i)), &family_storage_);
+      });
+    }
+  }
+  return extra_families_.Get(family, [&] {
+    return Keep(NewFamily(family), &family_storage_);
+  });
+}
+
+prometheus::Gauge* PrometheusObserver::Pool(const char* pool, int device) {
+  if (pool == nullptr) pool = "unknown";
+  for (size_t p = 0; p < kNumPools; ++p) {
+    if (std::strcmp(kPools[p], pool) != 0) continue;
+    if (device < 0 || static_cast<size_t>(device) >= kFastDevices) break;
+    return pools_.Get(p * kFastDevices + device, [&] {
+      return &pool_bytes_->Add(
+          {{"pool", kPools[p]}, {"device", absl::StrCat(device)}});
+    });
+  }
+  return extra_pools_.Get(absl::StrCat(pool, "/", device), [&] {
+    return &pool_bytes_->Add({{"pool", pool}, {"device", absl::StrCat(device)}});
+  });
+}
+
+std::string PrometheusObserver::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void PrometheusObserver::OnRequestStart(const char* method) {
+  Method(method)->in_flight->Increment();
+}
+
+void PrometheusObserver::OnRequestDone(const char* method,
+                                       absl::StatusCode code,
+                                       absl::Duration latency,
+                                       int64_t bytes_received,
+                                       int64_t bytes_sent) {
+  MethodSeries* m = Method(method);
+  int c = static_cast<int>(code);
+  if (c < 0 || c >= kNumCodes) {
+    c = static_cast<int>(absl::StatusCode::kUnknown);
+    code = absl::StatusCode::kUnknown;
+  }
+  m->requests
+      .Get(c,
+           [&] {
+             return &requests_total_->Add(
+                 {{"method", m->name}, {"code", absl::StatusCodeToString(code)}});
+           })
+      ->Increment();
+  m->latency->Observe(Seconds(latency));
+  m->in_flight->Decrement();
+  if (bytes_received > 0) m->received_bytes->Increment(bytes_received);
+  if (bytes_sent > 0) m->sent_bytes->Increment(bytes_sent);
+}
+
+void PrometheusObserver::OnRejected(RejectReason reason) {
+  const size_t r = static_cast<size_t>(reason);
+  if (r < rejections_.size()) rejections_[r]->Increment();
+}
+
+void PrometheusObserver::OnQueueDepth(const std::string& family,
+                                      int64_t depth) {
+  FamilyByName(family)->queue_depth->Set(static_cast<double>(depth));
+}
+
+void PrometheusObserver::OnTaskDequeued(const BatchKey& key,
+                                        absl::Duration queue_time) {
+  Family(key)->queue_seconds->Observe(Seconds(queue_time));
+}
+
+void PrometheusObserver::OnBatchDone(int lane, const BatchKey& key,
+                                     int32_t requests, int64_t sequences,
+                                     int64_t bytes, const BatchStats& stats,
+                                     absl::Duration busy) {
+  FamilySeries* f = Family(key);
+  f->batch_requests->Observe(requests);
+  f->batch_sequences->Observe(static_cast<double>(sequences));
+  f->batch_bytes->Observe(static_cast<double>(bytes));
+  f->compute_seconds->Observe(stats.compute_seconds);
+  // Backends without a stage (the cpu backend copies nothing, echo packs
+  // nothing) leave it at zero; observing those zeros would drag the stage's
+  // quantiles down to the first bucket.
+  if (stats.pack_seconds > 0) f->pack_seconds->Observe(stats.pack_seconds);
+  if (stats.h2d_seconds > 0 || stats.h2d_bytes > 0) {
+    f->h2d_seconds->Observe(stats.h2d_seconds);
+  }
+  if (stats.d2h_seconds > 0 || stats.d2h_bytes > 0) {
+    f->d2h_seconds->Observe(stats.d2h_seconds);
+  }
+  if (stats.h2d_bytes > 0) f->h2d_bytes->Increment(stats.h2d_bytes);
+  if (stats.d2h_bytes > 0) f->d2h_bytes->Increment(stats.d2h_bytes);
+  if (stats.launches > 0) f->launches->Increment(stats.launches);
+
+  prometheus::Counter* lane_busy;
+  if (lane >= 0 && static_cast<size_t>(lane) < kFastLanes) {
+    lane_busy = lanes_.Get(lane, [&] {
+      return &lane_busy_->Add({{"lane", absl::StrCat(lane)}});
+    });
+  } else {
+    const std::string name = absl::StrCat(lane);
+    lane_busy = extra_lanes_.Get(
+        name, [&] { return &lane_busy_->Add({{"lane", name}}); });
+  }
+  const double busy_seconds = Seconds(busy);
+  if (busy_seconds > 0) lane_busy->Increment(busy_seconds);
+}
+
+void PrometheusObserver::OnWeightsChanged(int64_t sets, int64_t bytes) {
+  weight_sets_->Set(static_cast<double>(sets));
+  weight_bytes_->Set(static_cast<double>(bytes));
+}
+
+void PrometheusObserver::OnPoolBytes(const char* pool, int device,
+                                     int64_t bytes) {
+  Pool(pool, device)->Set(static_cast<double>(bytes));
+}
+
+void PrometheusObserver::OnDeviceError(int device,
+                                       const std::string& message) {
+  const std::string name = absl::StrCat(device);
+  auto make = [&] { return &device_errors_->Add({{"device", name}}); };
+  if (device >= 0 && static_cast<size_t>(device) < kFastDevices) {
+    device_errors_by_index_.Get(device, make)->Increment();
+  } else {
+    extra_device_errors_.Get(name, make)->Increment();
+  }
+}
+
+void PrometheusObserver::OnServingChanged(bool serving) {
+  serving_->Set(serving ? 1 : 0);
+}
+
+}  // namespace conv1d
