@@ -31,6 +31,10 @@ struct TensorView {
   const void* data = nullptr;  // null means "absent" for optional tensors
   int64_t bytes = 0;
   std::shared_ptr<const void> owner;  // may be null when lifetime is external
+  // Non-zero when the bytes are immutable for as long as `owner` lives and
+  // are known by this id across requests (registered weight sets). Backends
+  // may keep device copies keyed by it; ids are never reused.
+  uint64_t cache_id = 0;
 
   bool present() const { return data != nullptr; }
   int64_t num_elements() const { return NumElements(shape); }

@@ -1,0 +1,239 @@
+#include "server/backends/gpu/gpu_backend.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cpu/thread_pool.h"
+#include "server/backends/gpu/batch_layout.h"
+#include "server/backends/gpu/gpu_backend_internal.h"
+
+namespace conv1d {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+int64_t AlignUp(int64_t n) {
+  return (n + gpu::kSlotAlignBytes - 1) / gpu::kSlotAlignBytes *
+         gpu::kSlotAlignBytes;
+}
+
+absl::Status ValidateOptions(const GpuBackendOptions& o) {
+  if (o.lanes_per_device < 1 || o.lanes_per_device > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lanes_per_device must be in 1..64, got ", o.lanes_per_device));
+  }
+  if (o.lane_buffer_bytes != 0 && o.lane_buffer_bytes < kMiB) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lane_buffer_bytes must be 0 (derive) or >= 1 MiB, got ",
+        o.lane_buffer_bytes));
+  }
+  if (o.workspace_bytes < kMiB) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "workspace_bytes must be >= 1 MiB, got ", o.workspace_bytes));
+  }
+  if (o.weight_cache_bytes < 0 || o.pack_threads < 0) {
+    return absl::InvalidArgumentError(
+        "weight_cache_bytes and pack_threads must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int GpuBackend::VisibleDeviceCount() {
+  int n = 0;
+  if (hipGetDeviceCount(&n) != hipSuccess) {
+    (void)hipGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
+    const GpuBackendOptions& options) {
+  if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
+  const int visible = VisibleDeviceCount();
+  if (visible == 0) {
+    return absl::FailedPreconditionError("no GPU device is visible");
+  }
+  std::vector<int> ids = options.devices;
+  if (ids.empty()) {
+    for (int i = 0; i < visible; ++i) ids.push_back(i);
+  }
+  for (int id : ids) {
+    if (id < 0 || id >= visible) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "devices: index ", id, " out of range, ", visible, " visible"));
+    }
+  }
+
+  auto backend = std::unique_ptr<GpuBackend>(new GpuBackend());
+  backend->options_ = options;
+  const int pack_threads =
+      options.pack_threads > 0
+          ? options.pack_threads
+          : std::min<int>(16, std::max(1u, std::thread::hardware_concurrency()));
+  auto pool = ThreadPool::Create(ThreadPoolOptions{pack_threads});
+  if (!pool.ok()) return pool.status();
+  backend->pack_pool_ = std::move(*pool);
+
+  // Size the lanes from the smallest selected device so every lane is alike.
+  int64_t min_memory = INT64_MAX;
+  for (int id : ids) {
+    hipDeviceProp_t prop;
+    if (absl::Status st = gpu::GpuStatus(hipGetDeviceProperties(&prop, id),
+                                         "hipGetDeviceProperties");
+        !st.ok()) {
+      return st;
+    }
+    auto dev = std::make_unique<Device>();
+    dev->index = id;
+    dev->name = prop.name;
+    dev->total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    min_memory = std::min(min_memory, dev->total_memory_bytes);
+    backend->devices_.push_back(std::move(dev));
+  }
+  backend->lane_buffer_bytes_ =
+      options.lane_buffer_bytes > 0
+          ? AlignUp(options.lane_buffer_bytes)
+          : std::clamp<int64_t>(AlignUp(min_memory / 64), 64 * kMiB, kGiB);
+  const int64_t lane_bytes = backend->lane_buffer_bytes_;
+  const int64_t ws_bytes = AlignUp(options.workspace_bytes);
+
+  for (auto& dev : backend->devices_) {
+    const int64_t cache_bytes =
+        options.weight_cache_bytes > 0
+            ? AlignUp(options.weight_cache_bytes)
+            : std::min<int64_t>(4 * kGiB, AlignUp(dev->total_memory_bytes / 32));
+    dev->device_pool_bytes =
+        options.lanes_per_device * (lane_bytes + ws_bytes) + cache_bytes;
+    dev->pinned_pool_bytes = options.lanes_per_device * lane_bytes;
+    absl::Status st = gpu::GpuStatus(hipSetDevice(dev->index), "hipSetDevice");
+    if (st.ok()) {
+      st = gpu::GpuStatus(gpu::DeviceAlloc(&dev->device_pool, dev->device_pool_bytes),
+                          "allocating the device pool");
+    }
+    if (st.ok()) {
+      st = gpu::GpuStatus(gpu::PinnedAlloc(&dev->pinned_pool, dev->pinned_pool_bytes),
+                          "allocating the pinned pool");
+    }
+    if (!st.ok()) {
+      (void)hipGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          st.message(), " on device ", dev->index, " (", dev->device_pool_bytes,
+          " device + ", dev->pinned_pool_bytes,
+          " pinned bytes; lower lanes_per_device, lane_buffer_bytes or "
+          "weight_cache_bytes)"));
+    }
+    char* carve = static_cast<char*>(dev->device_pool) +
+                  options.lanes_per_device * (lane_bytes + ws_bytes);
+    dev->weights = std::make_unique<gpu::WeightCache>(dev->index, carve, cache_bytes);
+    if (options.observer != nullptr) {
+      options.observer->OnPoolBytes("device_reserved", dev->index, dev->device_pool_bytes);
+      options.observer->OnPoolBytes("device_in_use", dev->index,
+                                    options.lanes_per_device * (lane_bytes + ws_bytes));
+      options.observer->OnPoolBytes("pinned", dev->index, dev->pinned_pool_bytes);
+    }
+  }
+
+  // Lanes interleave over devices so that light load spreads across them.
+  const int ndev = static_cast<int>(backend->devices_.size());
+  for (int i = 0; i < ndev * options.lanes_per_device; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = i;
+    Device& dev = *backend->devices_[i % ndev];
+    const int slot = i / ndev;
+    lane->device = &dev;
+    lane->pinned = static_cast<char*>(dev.pinned_pool) + slot * lane_bytes;
+    lane->buffer = static_cast<char*>(dev.device_pool) + slot * (lane_bytes + ws_bytes);
+    lane->workspace = lane->buffer + lane_bytes;
+    lane->workspace_bytes = ws_bytes;
+    lane->table.reserve(1024);
+    absl::Status st = gpu::GpuStatus(hipSetDevice(dev.index), "hipSetDevice");
+    if (st.ok()) {
+      st = gpu::GpuStatus(hipStreamCreateWithFlags(&lane->stream, hipStreamNonBlocking),
+                          "creating a lane stream");
+    }
+    for (hipEvent_t& ev : lane->events) {
+      if (st.ok()) st = gpu::GpuStatus(hipEventCreate(&ev), "creating a lane event");
+    }
+    if (st.ok()) {
+      st = gpu::GpuStatus(kernels::Conv1dZeroWorkspace(lane->workspace, ws_bytes, lane->stream),
+                          "zeroing a lane workspace");
+    }
+    if (st.ok()) st = gpu::GpuStatus(hipStreamSynchronize(lane->stream), "lane set-up");
+    backend->lanes_.push_back(std::move(lane));
+    if (!st.ok()) return st;
+  }
+  return backend;
+}
+
+GpuBackend::~GpuBackend() {
+  for (auto& lane : lanes_) {
+    (void)hipSetDevice(lane->device->index);
+    if (lane->stream != nullptr) {
+      (void)hipStreamSynchronize(lane->stream);
+      (void)hipStreamDestroy(lane->stream);
+    }
+    for (hipEvent_t ev : lane->events) {
+      if (ev != nullptr) (void)hipEventDestroy(ev);
+    }
+  }
+  for (auto& dev : devices_) {
+    (void)hipSetDevice(dev->index);
+    gpu::DeviceFree(dev->device_pool);
+    gpu::PinnedFree(dev->pinned_pool);
+  }
+}
+
+std::vector<std::string> GpuBackend::devices() const {
+  std::vector<std::string> names;
+  for (const auto& dev : devices_) {
+    names.push_back(absl::StrCat(dev->index, ": ", dev->name));
+  }
+  return names;
+}
+
+int GpuBackend::num_lanes() const { return static_cast<int>(lanes_.size()); }
+
+absl::Status GpuBackend::CanServe(const BatchKey& key,
+                                  const ConvSegment& segment) const {
+  const int64_t need = gpu::MinLaneBytesFor(key, segment,
+                                            sizeof(kernels::Conv1dSegment));
+  if (need > lane_buffer_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "one sequence of this request needs ", need,
+        " bytes of staging, more than lane_buffer_bytes=", lane_buffer_bytes_,
+        "; send shorter sequences or start the server with a larger "
+        "--lane_buffer_bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GpuBackend::Health() const {
+  for (const auto& dev : devices_) {
+    if (dev->failed.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&dev->mu);
+      return dev->error;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GpuBackend::MarkDeviceFailed(Device& device, const absl::Status& status) {
+  {
+    absl::MutexLock lock(&device.mu);
+    if (device.failed.load(std::memory_order_relaxed)) return;
+    device.error = absl::UnavailableError(absl::StrCat(
+        "device ", device.index, " (", device.name,
+        ") stopped serving after an unrecoverable error: ", status.message()));
+    device.failed.store(true, std::memory_order_release);
+  }
+  if (options_.observer != nullptr) {
+    options_.observer->OnDeviceError(device.index, std::string(status.message()));
+  }
+}
+
+}  // namespace conv1d

@@ -1,0 +1,105 @@
+// GpuBackend: the fused conv1d kernels behind the Backend interface, with
+// every buffer allocated once at start.
+//
+// Per device: one device memory pool (lane buffers, kernel workspaces and a
+// weight-cache region) and one pinned host pool (lane staging), sized from
+// options or from the device's memory. Lanes are interleaved over devices
+// (lane i runs on device i % num_devices) and each owns a stream, timing
+// events, a pinned staging buffer and a device buffer of the same layout.
+// A batch on a lane is: pack the segment table and all inputs into pinned
+// staging (in parallel), one async H2D copy, one fused kernel launch, one
+// async D2H copy, an event; then outputs are copied out to the requests.
+// Requests larger than a lane are cut along B into several such rounds.
+// Several lanes per device let packing, copies and kernels of consecutive
+// batches overlap. After start no device or pinned allocation happens
+// (gpu::AllocationCount() stays flat).
+//
+// A device that hits a sticky error stops serving: its lanes fail their
+// batches with UNAVAILABLE and Health() reports the error; other devices go
+// on.
+//
+// Thread-safety: RunBatch(lane) is called from one thread per lane (per the
+// Backend contract); everything shared between lanes (weight caches, pack
+// thread pool, device health) is thread-safe.
+#ifndef CONV1D_SERVER_BACKENDS_GPU_GPU_BACKEND_H_
+#define CONV1D_SERVER_BACKENDS_GPU_GPU_BACKEND_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/backend.h"
+#include "server/core/observer.h"
+
+namespace conv1d {
+
+class ThreadPool;
+
+struct GpuBackendOptions {
+  // Device indices to use; empty means every visible device.
+  std::vector<int> devices;
+  // Lanes (stream + staging) per device. Range 1..64.
+  int lanes_per_device = 4;
+  // Pinned staging and device buffer per lane, in bytes; 0 derives it from
+  // device memory (1/64 of it, clamped to 64 MiB..1 GiB).
+  int64_t lane_buffer_bytes = 0;
+  // Kernel workspace per lane (dweight partials), in bytes. >= 1 MiB.
+  int64_t workspace_bytes = int64_t{128} << 20;
+  // Device memory per device for registered weights; 0: 1/32 of device
+  // memory, at most 4 GiB.
+  int64_t weight_cache_bytes = 0;
+  // Threads that pack and unpack staging buffers (shared by all lanes);
+  // 0: min(16, hardware concurrency).
+  int pack_threads = 0;
+  Observer* observer = nullptr;  // not owned; may be null
+};
+
+class GpuBackend final : public Backend {
+ public:
+  // Number of devices the runtime reports; 0 when there is no usable driver
+  // or device (what --backend=auto checks).
+  static int VisibleDeviceCount();
+
+  // Allocates every pool and lane. FAILED_PRECONDITION without a device,
+  // INVALID_ARGUMENT naming a bad option, RESOURCE_EXHAUSTED when the pools
+  // do not fit.
+  static absl::StatusOr<std::unique_ptr<GpuBackend>> Create(
+      const GpuBackendOptions& options);
+  ~GpuBackend() override;
+
+  const char* name() const override { return "gpu"; }
+  std::vector<std::string> devices() const override;
+  int num_lanes() const override;
+  absl::Status CanServe(const BatchKey& key,
+                        const ConvSegment& segment) const override;
+  absl::Status RunBatch(int lane, const BatchKey& key,
+                        absl::Span<ConvSegment* const> segments,
+                        BatchStats* stats) override;
+
+  // OK while every device serves; otherwise the first sticky error.
+  absl::Status Health() const;
+  int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
+
+ private:
+  struct Device;
+  struct Lane;
+
+  GpuBackend() = default;
+  absl::Status RunRounds(Lane& lane, const BatchKey& key,
+                         absl::Span<ConvSegment* const> segments,
+                         BatchStats* stats);
+  void MarkDeviceFailed(Device& device, const absl::Status& status);
+
+  GpuBackendOptions options_;
+  int64_t lane_buffer_bytes_ = 0;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::unique_ptr<ThreadPool> pack_pool_;
+};
+
+}  // namespace conv1d
+
+#endif  // CONV1D_SERVER_BACKENDS_GPU_GPU_BACKEND_H_

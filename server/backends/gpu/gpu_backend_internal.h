@@ -1,0 +1,63 @@
+// Per-device and per-lane state of GpuBackend, shared by its two source
+// files (gpu_backend.cc: set-up; gpu_batch.cc: running a batch). Not a
+// public header. Thread-safety as documented on each member.
+#ifndef CONV1D_SERVER_BACKENDS_GPU_GPU_BACKEND_INTERNAL_H_
+#define CONV1D_SERVER_BACKENDS_GPU_GPU_BACKEND_INTERNAL_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/conv1d_kernels.h"
+#include "server/backends/gpu/gpu_backend.h"
+#include "server/backends/gpu/gpu_runtime.h"
+#include "server/backends/gpu/weight_cache.h"
+
+namespace conv1d {
+
+struct GpuBackend::Device {
+  int index = 0;  // runtime device id
+  std::string name;
+  int64_t total_memory_bytes = 0;
+  void* device_pool = nullptr;  // lane buffers, workspaces, weight region
+  int64_t device_pool_bytes = 0;
+  void* pinned_pool = nullptr;  // lane staging
+  int64_t pinned_pool_bytes = 0;
+  std::unique_ptr<gpu::WeightCache> weights;  // thread-safe
+
+  std::atomic<bool> failed{false};
+  mutable absl::Mutex mu;
+  absl::Status error ABSL_GUARDED_BY(mu);
+};
+
+// Touched only by its lane's thread (and by set-up/tear-down).
+struct GpuBackend::Lane {
+  int index = 0;
+  Device* device = nullptr;
+  hipStream_t stream = nullptr;
+  hipEvent_t events[4] = {};  // before H2D, after H2D, after kernel, after D2H
+  char* pinned = nullptr;     // staging, lane_buffer_bytes
+  char* buffer = nullptr;     // device twin of `pinned`
+  void* workspace = nullptr;  // kernel workspace, zeroed once
+  int64_t workspace_bytes = 0;
+  std::vector<kernels::Conv1dSegment> table;  // host copy of the segment table
+};
+
+// One memcpy of a pack or unpack step.
+struct CopyJob {
+  void* dst;
+  const void* src;
+  int64_t bytes;
+};
+
+// Runs the copies on `pool` (large ones cut into chunks); inline when the
+// total is small.
+void ParallelCopy(ThreadPool* pool, const std::vector<CopyJob>& jobs);
+
+}  // namespace conv1d
+
+#endif  // CONV1D_SERVER_BACKENDS_GPU_GPU_BACKEND_INTERNAL_H_

@@ -1,0 +1,312 @@
+// GpuBackend::RunBatch: resolve weights, plan rounds, and for each round
+// pack -> H2D -> fused kernel -> D2H -> unpack on the lane's stream.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/backends/cpu/thread_pool.h"
+#include "server/backends/gpu/batch_layout.h"
+#include "server/backends/gpu/gpu_backend.h"
+#include "server/backends/gpu/gpu_backend_internal.h"
+
+namespace conv1d {
+namespace {
+
+constexpr int64_t kCopyChunkBytes = int64_t{1} << 20;
+constexpr int64_t kInlineCopyBytes = int64_t{2} << 20;
+
+kernels::Conv1dProblem ProblemOf(const BatchKey& key) {
+  kernels::Conv1dProblem p;
+  p.op = static_cast<kernels::KernelOp>(key.op);
+  p.x_type = static_cast<kernels::ScalarType>(key.x_dtype);
+  p.weight_type = static_cast<kernels::ScalarType>(key.weight_dtype);
+  // Gradients of the weights come back in fp32 and are converted on the
+  // host, so that requests cut into several rounds sum them without loss.
+  p.grad_weight_type = kernels::ScalarType::kF32;
+  p.dim = key.dim;
+  p.width = key.width;
+  p.activation = static_cast<kernels::KernelActivation>(key.activation);
+  p.layout = static_cast<kernels::KernelLayout>(key.layout);
+  p.has_bias = key.has_bias;
+  p.has_initial_states = key.has_initial_states;
+  p.return_final_states = key.return_final_states;
+  p.has_dfinal_states = key.has_dfinal_states;
+  p.return_dinitial_states = key.return_dinitial_states;
+  return p;
+}
+
+// Writes n fp32 values as `dtype` (plain copy for fp32).
+void StoreFloats(void* dst, DType dtype, const float* src, int64_t n) {
+  if (dtype == DType::kF32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) StoreFromFloat(dst, dtype, i, src[i]);
+}
+
+}  // namespace
+
+void ParallelCopy(ThreadPool* pool, const std::vector<CopyJob>& jobs) {
+  int64_t total = 0;
+  for (const CopyJob& j : jobs) total += j.bytes;
+  if (pool == nullptr || total <= kInlineCopyBytes) {
+    for (const CopyJob& j : jobs) std::memcpy(j.dst, j.src, j.bytes);
+    return;
+  }
+  // Chunk index -> (job, offset) through a prefix of chunk counts.
+  absl::InlinedVector<int64_t, 64> first_chunk(jobs.size() + 1, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    first_chunk[i + 1] =
+        first_chunk[i] + std::max<int64_t>(1, (jobs[i].bytes + kCopyChunkBytes - 1) /
+                                                  kCopyChunkBytes);
+  }
+  pool->ParallelFor(first_chunk.back(), 1, [&](int64_t begin, int64_t end) {
+    size_t j = std::upper_bound(first_chunk.begin(), first_chunk.end(), begin) -
+               first_chunk.begin() - 1;
+    for (int64_t c = begin; c < end; ++c) {
+      while (c >= first_chunk[j + 1]) ++j;
+      const int64_t off = (c - first_chunk[j]) * kCopyChunkBytes;
+      const int64_t n = std::min(kCopyChunkBytes, jobs[j].bytes - off);
+      if (n > 0) {
+        std::memcpy(static_cast<char*>(jobs[j].dst) + off,
+                    static_cast<const char*>(jobs[j].src) + off, n);
+      }
+    }
+  });
+}
+
+absl::Status GpuBackend::RunBatch(int lane_index, const BatchKey& key,
+                                  absl::Span<ConvSegment* const> segments,
+                                  BatchStats* stats) {
+  Lane& lane = *lanes_[lane_index];
+  Device& dev = *lane.device;
+  if (dev.failed.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&dev.mu);
+    return dev.error;
+  }
+  absl::Status st = RunRounds(lane, key, segments, stats);
+  if (!st.ok()) {
+    const hipError_t err = hipGetLastError();
+    const hipError_t sync = hipStreamSynchronize(lane.stream);
+    if (gpu::IsStickyError(err) || gpu::IsStickyError(sync)) {
+      MarkDeviceFailed(dev, st);
+    }
+  }
+  return st;
+}
+
+absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
+                                   absl::Span<ConvSegment* const> segments,
+                                   BatchStats* stats) {
+  Device& dev = *lane.device;
+  const int64_t n = static_cast<int64_t>(segments.size());
+  if (absl::Status st = gpu::GpuStatus(hipSetDevice(dev.index), "hipSetDevice");
+      !st.ok()) {
+    return st;
+  }
+
+  // Registered weights come from the device cache; inline ones are staged.
+  absl::InlinedVector<bool, 64> on_device(n, false);
+  absl::InlinedVector<gpu::DeviceWeights, 64> cached(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const ConvSegment& seg = *segments[i];
+    if (seg.weight.cache_id == 0) continue;
+    absl::StatusOr<gpu::DeviceWeights> w = dev.weights->Get(seg.weight, seg.bias);
+    if (w.ok()) {
+      on_device[i] = true;
+      cached[i] = *w;
+    } else if (!absl::IsNotFound(w.status())) {
+      return w.status();
+    }
+  }
+  if (options_.observer != nullptr) {
+    options_.observer->OnPoolBytes(
+        "device_in_use", dev.index,
+        dev.device_pool_bytes - dev.weights->region_bytes() + dev.weights->bytes_in_use());
+  }
+
+  const kernels::Conv1dProblem problem = ProblemOf(key);
+  auto piece_workspace = [&](const ConvSegment& seg, int64_t rows) -> int64_t {
+    if (key.op != Op::kBackward) return 0;
+    kernels::Conv1dSegment one{};
+    one.batch = rows;
+    one.seqlen = seg.seqlen;
+    one.state_len = seg.state_len;
+    // Planning reads only sizes; non-null placeholders satisfy its checks.
+    const void* p = lane.buffer;
+    one.x = one.weight = one.dout = p;
+    one.bias = one.initial_states = one.dfinal_states = p;
+    one.dx = one.dweight = one.dbias = one.dinitial_states = lane.buffer;
+    kernels::Conv1dPlanInfo plan;
+    if (kernels::Conv1dPlan(problem, &one, 1, &plan) != hipSuccess) return 0;
+    return plan.workspace_bytes;
+  };
+  gpu::LayoutOptions layout_options{lane_buffer_bytes_, lane.workspace_bytes,
+                                    sizeof(kernels::Conv1dSegment), piece_workspace};
+  absl::StatusOr<std::vector<gpu::Round>> rounds =
+      gpu::PlanRounds(key, segments, on_device, layout_options);
+  if (!rounds.ok()) return rounds.status();
+
+  // dweight/dbias of requests cut over several rounds are summed here.
+  absl::InlinedVector<int32_t, 64> pieces_of(n, 0);
+  for (const gpu::Round& r : *rounds) {
+    for (const gpu::Piece& p : r.pieces) ++pieces_of[p.segment];
+  }
+  std::vector<std::vector<float>> dw_acc(n), db_acc(n);
+
+  std::vector<CopyJob> jobs;
+  for (const gpu::Round& round : *rounds) {
+    const absl::Time pack_start = absl::Now();
+    lane.table.assign(round.pieces.size(), kernels::Conv1dSegment{});
+    jobs.clear();
+    auto dev_ptr = [&](int64_t off) -> char* {
+      return off < 0 ? nullptr : lane.buffer + off;
+    };
+    for (size_t p = 0; p < round.pieces.size(); ++p) {
+      const gpu::Piece& pc = round.pieces[p];
+      const gpu::PieceSlots& sl = round.slots[p];
+      const ConvSegment& seg = *segments[pc.segment];
+      const gpu::PieceBytes row = gpu::BytesOfPiece(key, seg, 1);
+      const gpu::PieceBytes all = gpu::BytesOfPiece(key, seg, pc.b_count);
+      auto stage = [&](int64_t slot, const TensorView& v, int64_t row_bytes,
+                       int64_t bytes) {
+        if (slot < 0) return;
+        jobs.push_back({lane.pinned + slot,
+                        static_cast<const char*>(v.data) + pc.b_begin * row_bytes, bytes});
+      };
+      stage(sl.x, seg.x, row.x, all.x);
+      stage(sl.dout, seg.dout, row.x, all.x);
+      stage(sl.initial_states, seg.initial_states, row.state, all.state);
+      stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state);
+      stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state);
+      stage(sl.weight, seg.weight, 0, all.weight);
+      stage(sl.bias, seg.bias, 0, all.bias);
+
+      kernels::Conv1dSegment& t = lane.table[p];
+      t.x = dev_ptr(sl.x);
+      t.dout = dev_ptr(sl.dout);
+      t.initial_states = dev_ptr(sl.initial_states);
+      t.dfinal_states = dev_ptr(sl.dfinal_states);
+      t.conv_state = dev_ptr(sl.conv_state);
+      t.weight = on_device[pc.segment] ? cached[pc.segment].weight : dev_ptr(sl.weight);
+      t.bias = !key.has_bias ? nullptr
+               : on_device[pc.segment] ? cached[pc.segment].bias
+                                       : dev_ptr(sl.bias);
+      t.y = dev_ptr(sl.y);
+      t.final_states = dev_ptr(sl.final_states);
+      t.dx = dev_ptr(sl.dx);
+      t.dweight = dev_ptr(sl.dweight);
+      t.dbias = dev_ptr(sl.dbias);
+      t.dinitial_states = dev_ptr(sl.dinitial_states);
+      t.conv_state_out = dev_ptr(sl.conv_state_out);
+      t.batch = pc.b_count;
+      t.seqlen = seg.seqlen;
+      t.state_len = seg.state_len;
+    }
+    kernels::Conv1dPlanInfo plan;
+    hipError_t err = kernels::Conv1dPlan(problem, lane.table.data(),
+                                         static_cast<int32_t>(lane.table.size()), &plan);
+    if (err != hipSuccess) return gpu::GpuStatus(err, "planning the fused launch");
+    if (plan.workspace_bytes > lane.workspace_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the fused launch needs ", plan.workspace_bytes,
+          " bytes of kernel workspace, more than workspace_bytes=",
+          lane.workspace_bytes));
+    }
+    std::memcpy(lane.pinned + round.table_offset, lane.table.data(),
+                lane.table.size() * sizeof(kernels::Conv1dSegment));
+    ParallelCopy(pack_pool_.get(), jobs);
+    stats->pack_seconds += absl::ToDoubleSeconds(absl::Now() - pack_start);
+
+    const char* what = "queueing the H2D copy";
+    err = hipEventRecord(lane.events[0], lane.stream);
+    if (err == hipSuccess) {
+      err = hipMemcpyAsync(lane.buffer, lane.pinned, round.input_end,
+                           hipMemcpyHostToDevice, lane.stream);
+    }
+    if (err == hipSuccess) err = hipEventRecord(lane.events[1], lane.stream);
+    if (err == hipSuccess) {
+      what = "launching the fused kernel";
+      err = kernels::Conv1dRun(
+          problem, plan,
+          reinterpret_cast<const kernels::Conv1dSegment*>(lane.buffer + round.table_offset),
+          lane.workspace, lane.workspace_bytes, lane.stream);
+    }
+    if (err == hipSuccess) err = hipEventRecord(lane.events[2], lane.stream);
+    if (err == hipSuccess) {
+      what = "queueing the D2H copy";
+      err = hipMemcpyAsync(lane.pinned + round.output_begin,
+                           lane.buffer + round.output_begin,
+                           round.output_end - round.output_begin,
+                           hipMemcpyDeviceToHost, lane.stream);
+    }
+    if (err == hipSuccess) err = hipEventRecord(lane.events[3], lane.stream);
+    if (err == hipSuccess) {
+      what = "running the batch on the device";
+      err = hipEventSynchronize(lane.events[3]);
+    }
+    if (err != hipSuccess) return gpu::GpuStatus(err, what);
+    float ms[3] = {0, 0, 0};
+    for (int s = 0; s < 3; ++s) {
+      (void)hipEventElapsedTime(&ms[s], lane.events[s], lane.events[s + 1]);
+    }
+    stats->h2d_seconds += ms[0] * 1e-3;
+    stats->compute_seconds += ms[1] * 1e-3;
+    stats->d2h_seconds += ms[2] * 1e-3;
+    stats->h2d_bytes += round.input_end;
+    stats->d2h_bytes += round.output_end - round.output_begin;
+    stats->launches += 1;
+
+    // Unpack: outputs to the requests, weight gradients converted/summed.
+    const absl::Time unpack_start = absl::Now();
+    jobs.clear();
+    for (size_t p = 0; p < round.pieces.size(); ++p) {
+      const gpu::Piece& pc = round.pieces[p];
+      const gpu::PieceSlots& sl = round.slots[p];
+      const ConvSegment& seg = *segments[pc.segment];
+      const gpu::PieceBytes row = gpu::BytesOfPiece(key, seg, 1);
+      const gpu::PieceBytes all = gpu::BytesOfPiece(key, seg, pc.b_count);
+      auto unstage = [&](int64_t slot, const OutputView& v, int64_t row_bytes,
+                         int64_t bytes) {
+        if (slot < 0 || !v.present()) return;
+        jobs.push_back({static_cast<char*>(v.data) + pc.b_begin * row_bytes,
+                        lane.pinned + slot, bytes});
+      };
+      unstage(sl.y, seg.y, row.x, all.x);
+      unstage(sl.dx, seg.dx, row.x, all.x);
+      unstage(sl.final_states, seg.final_states, row.state, all.state);
+      unstage(sl.dinitial_states, seg.dinitial_states, row.state, all.state);
+      unstage(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state);
+
+      auto grads = [&](int64_t slot, const OutputView& out, std::vector<float>& acc,
+                       int64_t count) {
+        if (slot < 0 || !out.present()) return;
+        const float* src = reinterpret_cast<const float*>(lane.pinned + slot);
+        if (pieces_of[pc.segment] == 1) {
+          StoreFloats(out.data, key.grad_weight_dtype, src, count);
+          return;
+        }
+        if (acc.empty()) acc.assign(count, 0.f);
+        for (int64_t k = 0; k < count; ++k) acc[k] += src[k];
+      };
+      grads(sl.dweight, seg.dweight, dw_acc[pc.segment], key.dim * key.width);
+      grads(sl.dbias, seg.dbias, db_acc[pc.segment], key.dim);
+    }
+    ParallelCopy(pack_pool_.get(), jobs);
+    stats->pack_seconds += absl::ToDoubleSeconds(absl::Now() - unpack_start);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const ConvSegment& seg = *segments[i];
+    if (!dw_acc[i].empty()) {
+      StoreFloats(seg.dweight.data, key.grad_weight_dtype, dw_acc[i].data(), dw_acc[i].size());
+    }
+    if (!db_acc[i].empty()) {
+      StoreFloats(seg.dbias.data, key.grad_weight_dtype, db_acc[i].data(), db_acc[i].size());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conv1d

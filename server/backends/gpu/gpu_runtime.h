@@ -1,0 +1,52 @@
+// The GPU runtime calls the gpu backend makes (device memory, pinned host
+// memory, streams, events), on top of kernels/gpu_compat.h, plus the one
+// helper that turns a runtime error code into an absl::Status.
+//
+// Every allocation the backend makes goes through DeviceAlloc/PinnedAlloc so
+// that AllocationCount() can prove none happens on the request path.
+// Thread-safe: the counters are atomic; the runtime calls are thread-safe.
+#ifndef CONV1D_SERVER_BACKENDS_GPU_GPU_RUNTIME_H_
+#define CONV1D_SERVER_BACKENDS_GPU_GPU_RUNTIME_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/gpu_compat.h"
+
+#if defined(CONV1D_PLATFORM_CUDA)
+#define hipSetDevice cudaSetDevice
+#define hipMemGetInfo cudaMemGetInfo
+#define hipHostMalloc(p, n, f) cudaHostAlloc((p), (n), (f))
+#define hipHostMallocDefault cudaHostAllocDefault
+#define hipHostFree cudaFreeHost
+#define hipStreamCreateWithFlags cudaStreamCreateWithFlags
+#define hipStreamNonBlocking cudaStreamNonBlocking
+#define hipEventCreateWithFlags cudaEventCreateWithFlags
+#define hipEventDefault cudaEventDefault
+#define hipEventBlockingSync cudaEventBlockingSync
+#define hipDeviceReset cudaDeviceReset
+#define hipErrorMemoryAllocation cudaErrorMemoryAllocation
+#endif
+
+namespace conv1d::gpu {
+
+// OK for hipSuccess; otherwise INTERNAL "<what>: <runtime message>".
+absl::Status GpuStatus(hipError_t err, absl::string_view what);
+
+// True when `err` leaves the device unusable (the context is corrupted and
+// every later call on it fails): such a device must stop serving.
+bool IsStickyError(hipError_t err);
+
+// Counted allocations (device memory and page-locked host memory).
+hipError_t DeviceAlloc(void** ptr, int64_t bytes);
+hipError_t PinnedAlloc(void** ptr, int64_t bytes);
+void DeviceFree(void* ptr);
+void PinnedFree(void* ptr);
+
+// Number of DeviceAlloc + PinnedAlloc calls made by this process so far.
+int64_t AllocationCount();
+
+}  // namespace conv1d::gpu
+
+#endif  // CONV1D_SERVER_BACKENDS_GPU_GPU_RUNTIME_H_
