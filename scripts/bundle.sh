@@ -95,9 +95,13 @@ cat >"$root/bin/conv1d-serve" <<'LAUNCHER'
 #   conv1d-serve server [--listen=... --backend=...]
 #   conv1d-serve client health --target=HOST:PORT
 #   conv1d-serve load --target=a,b,c ...
-# Only shell built-ins here: it must work under `env -i` (no PATH).
-case $0 in
-  */*) dir=${0%/*} ;;
+# Works under `env -i` (the shell's default PATH) and through a symlink.
+self=$0
+if command -v readlink >/dev/null 2>&1; then
+  self=$(readlink -f "$0") || self=$0
+fi
+case $self in
+  */*) dir=${self%/*} ;;
   *) echo "conv1d-serve: run it by path (e.g. ./bin/conv1d-serve)" >&2; exit 2 ;;
 esac
 root=$(cd -P "$dir/.." && pwd -P) || exit 2
