@@ -1,0 +1,240 @@
+// The gpu backend against the CPU implementation: fused ragged batches of
+// every op, registered (device-cached) and inline weights, requests split
+// across rounds, concurrent lanes, and no allocation after warm-up.
+// Label gpu: skips itself when no device is visible.
+#include "server/backends/gpu/gpu_backend.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/backends/cpu/cpu_conv.h"
+#include "server/backends/gpu/gpu_runtime.h"
+
+namespace conv1d {
+namespace {
+
+struct Case {
+  Op op;
+  DType x;
+  DType w;
+  Layout layout;
+  int width;
+};
+
+class GpuBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (GpuBackend::VisibleDeviceCount() == 0) GTEST_SKIP() << "no GPU device";
+  }
+};
+
+BatchKey KeyOf(const Case& c, int64_t dim) {
+  BatchKey k;
+  k.op = c.op;
+  k.x_dtype = c.x;
+  k.weight_dtype = c.w;
+  k.grad_weight_dtype = c.w;
+  k.dim = dim;
+  k.width = c.width;
+  k.activation = Activation::kSiLU;
+  k.layout = c.layout;
+  k.has_bias = true;
+  k.has_initial_states = c.op != Op::kUpdate;
+  k.return_final_states = c.op == Op::kForward;
+  k.has_dfinal_states = c.op == Op::kBackward;
+  k.return_dinitial_states = c.op == Op::kBackward;
+  return k;
+}
+
+std::vector<uint8_t> Random(DType t, int64_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> v(n * DTypeSize(t));
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int64_t i = 0; i < n; ++i) StoreFromFloat(v.data(), t, i, dist(rng));
+  return v;
+}
+
+std::unique_ptr<ConvBuffers> MakeRequest(const BatchKey& key, int64_t b, int64_t l,
+                                         std::mt19937_64& rng) {
+  auto r = std::make_unique<ConvBuffers>();
+  r->key = key;
+  r->batch = b;
+  r->seqlen = l;
+  const int64_t d = key.dim, k = key.width - 1;
+  r->x = Random(key.x_dtype, b * d * l, rng);
+  r->weight = Random(key.weight_dtype, d * key.width, rng);
+  r->bias = Random(key.weight_dtype, d, rng);
+  if (key.op == Op::kBackward) r->dout = Random(key.x_dtype, b * d * l, rng);
+  if (key.has_initial_states) r->initial_states = Random(key.x_dtype, b * d * k, rng);
+  if (key.has_dfinal_states) r->dfinal_states = Random(key.x_dtype, b * d * k, rng);
+  if (key.op == Op::kUpdate) {
+    r->state_len = k + 2;
+    r->conv_state = Random(key.x_dtype, b * d * r->state_len, rng);
+  }
+  r->AllocateOutputs();
+  return r;
+}
+
+double Tolerance(DType t) { return t == DType::kF32 ? 1e-5 : t == DType::kF16 ? 2e-3 : 1.5e-2; }
+
+// ||got - want|| / ||want|| over one output, NaN counts as failure.
+void ExpectClose(const char* what, DType t, const std::vector<uint8_t>& got,
+                 const std::vector<uint8_t>& want) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const int64_t n = static_cast<int64_t>(want.size()) / DTypeSize(t);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = LoadAsFloat(got.data(), t, i), b = LoadAsFloat(want.data(), t, i);
+    ASSERT_FALSE(std::isnan(a)) << what << " element " << i << " not written";
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  EXPECT_LE(std::sqrt(num / std::max(den, 1e-30)), Tolerance(t)) << what;
+}
+
+// Runs `reqs` as one batch on `lane` and checks every output against the CPU.
+void RunAndCheck(GpuBackend& gpu, int lane, const BatchKey& key,
+                 std::vector<std::unique_ptr<ConvBuffers>>& reqs) {
+  std::vector<ConvBuffers> want;
+  for (auto& r : reqs) {
+    want.push_back(*r);
+    ASSERT_TRUE(RunCpuConv(&want.back(), nullptr).ok());
+    for (auto* out : {&r->y, &r->final_states, &r->dx, &r->dweight, &r->dbias,
+                      &r->dinitial_states, &r->conv_state_out}) {
+      std::fill(out->begin(), out->end(), 0xff);  // NaN in every dtype
+    }
+  }
+  std::vector<ConvSegment> segs;
+  for (auto& r : reqs) segs.push_back(r->Segment());
+  std::vector<ConvSegment*> ptrs;
+  for (auto& s : segs) ptrs.push_back(&s);
+  BatchStats stats;
+  ASSERT_TRUE(gpu.RunBatch(lane, key, absl::MakeSpan(ptrs), &stats).ok());
+  EXPECT_GE(stats.launches, 1);
+  const DType gw = key.grad_weight_dtype;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ExpectClose("y", key.x_dtype, reqs[i]->y, want[i].y);
+    ExpectClose("final_states", key.x_dtype, reqs[i]->final_states, want[i].final_states);
+    ExpectClose("dx", key.x_dtype, reqs[i]->dx, want[i].dx);
+    ExpectClose("dweight", gw, reqs[i]->dweight, want[i].dweight);
+    ExpectClose("dbias", gw, reqs[i]->dbias, want[i].dbias);
+    ExpectClose("dinitial_states", key.x_dtype, reqs[i]->dinitial_states,
+                want[i].dinitial_states);
+    ExpectClose("conv_state_out", key.x_dtype, reqs[i]->conv_state_out,
+                want[i].conv_state_out);
+  }
+}
+
+TEST_F(GpuBackendTest, FusedRaggedBatchesMatchCpuForEveryOp) {
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 2;
+  opt.lane_buffer_bytes = 64 << 20;
+  auto gpu = GpuBackend::Create(opt);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::mt19937_64 rng(7);
+  const Case cases[] = {
+      {Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
+      {Op::kForward, DType::kBF16, DType::kBF16, Layout::kChannelLast, 3},
+      {Op::kForward, DType::kF16, DType::kF32, Layout::kChannelFirst, 7},
+      {Op::kBackward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
+      {Op::kBackward, DType::kBF16, DType::kF32, Layout::kChannelLast, 2},
+      {Op::kUpdate, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
+      {Op::kUpdate, DType::kBF16, DType::kBF16, Layout::kChannelLast, 4},
+  };
+  for (const Case& c : cases) {
+    const BatchKey key = KeyOf(c, 96);
+    SCOPED_TRACE(key.DebugString());
+    std::vector<std::unique_ptr<ConvBuffers>> reqs;
+    std::uniform_int_distribution<int64_t> len(1, 300), bat(1, 3);
+    for (int i = 0; i < 17; ++i) {
+      reqs.push_back(MakeRequest(key, bat(rng), c.op == Op::kUpdate ? 1 + i % 3 : len(rng), rng));
+    }
+    RunAndCheck(**gpu, 0, key, reqs);
+  }
+}
+
+TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 1;
+  opt.lane_buffer_bytes = 2 << 20;  // forces many rounds
+  auto gpu = GpuBackend::Create(opt);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::mt19937_64 rng(11);
+  for (Op op : {Op::kForward, Op::kBackward}) {
+    const BatchKey key = KeyOf({op, DType::kF32, DType::kF32, Layout::kChannelFirst, 4}, 256);
+    std::vector<std::unique_ptr<ConvBuffers>> reqs;
+    reqs.push_back(MakeRequest(key, 9, 700, rng));  // ~6 MiB of x alone
+    reqs.push_back(MakeRequest(key, 2, 33, rng));
+    RunAndCheck(**gpu, 0, key, reqs);
+  }
+  const BatchKey key = KeyOf({Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4}, 256);
+  ConvBuffers huge;
+  huge.key = key;
+  huge.batch = 1;
+  huge.seqlen = 1 << 20;
+  const ConvSegment seg = huge.Segment();
+  const absl::Status st = (*gpu)->CanServe(key, seg);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("lane_buffer_bytes"), absl::string_view::npos) << st;
+}
+
+TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 4;
+  opt.lane_buffer_bytes = 32 << 20;
+  auto created = GpuBackend::Create(opt);
+  ASSERT_TRUE(created.ok()) << created.status();
+  GpuBackend& gpu = **created;
+  std::mt19937_64 rng(3);
+  const BatchKey key = KeyOf({Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4}, 512);
+  // One shared "registered" weight set; every request points at the same bytes.
+  auto owner = std::make_shared<std::vector<uint8_t>>(Random(DType::kF32, 512 * 4 + 512, rng));
+  auto run_lane = [&](int lane, int iters, uint64_t seed) {
+    std::mt19937_64 r(seed);
+    for (int it = 0; it < iters; ++it) {
+      std::vector<std::unique_ptr<ConvBuffers>> reqs;
+      for (int i = 0; i < 8; ++i) {
+        reqs.push_back(MakeRequest(key, 1, 1 + it % 5, r));
+        std::copy(owner->begin(), owner->begin() + 512 * 4 * 4, reqs.back()->weight.begin());
+        std::copy(owner->begin() + 512 * 4 * 4, owner->end(), reqs.back()->bias.begin());
+      }
+      // Views of registered weights: same bytes, identified by cache_id.
+      std::vector<ConvSegment> segs;
+      for (auto& q : reqs) segs.push_back(q->Segment());
+      for (auto& s : segs) {
+        s.weight.data = owner->data();
+        s.weight.owner = owner;
+        s.weight.cache_id = 42;
+        s.bias.data = owner->data() + 512 * 4 * 4;
+        s.bias.owner = owner;
+        s.bias.cache_id = 43;
+      }
+      std::vector<ConvBuffers> want;
+      for (auto& q : reqs) {
+        want.push_back(*q);
+        ASSERT_TRUE(RunCpuConv(&want.back(), nullptr).ok());
+      }
+      std::vector<ConvSegment*> ptrs;
+      for (auto& s : segs) ptrs.push_back(&s);
+      BatchStats stats;
+      ASSERT_TRUE(gpu.RunBatch(lane, key, absl::MakeSpan(ptrs), &stats).ok());
+      for (size_t i = 0; i < reqs.size(); ++i) ExpectClose("y", key.x_dtype, reqs[i]->y, want[i].y);
+    }
+  };
+  run_lane(0, 2, 1);  // warm-up: uploads the weights
+  const int64_t allocations = gpu::AllocationCount();
+  std::vector<std::thread> threads;
+  for (int lane = 0; lane < gpu.num_lanes(); ++lane) {
+    threads.emplace_back(run_lane, lane, 25, 100 + lane);
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(gpu::AllocationCount(), allocations)
+      << "device or pinned memory was allocated on the request path";
+  EXPECT_TRUE(gpu.Health().ok());
+}
+
+}  // namespace
+}  // namespace conv1d
