@@ -49,6 +49,15 @@ class Backend {
     return absl::OkStatus();
   }
 
+  // OK while the backend can serve; otherwise why not (e.g. a device hit an
+  // unrecoverable error). The server reports NOT_SERVING while this fails.
+  // Thread-safe.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
+
+  // False when lane `lane` must not take batches (its device failed); the
+  // scheduler leaves such lanes idle. Thread-safe.
+  virtual bool LaneAvailable(int lane) const { return true; }
+
   // Computes every segment and writes all requested outputs. Blocking.
   // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called
   // from one thread per lane. A non-OK status fails the whole batch.

@@ -222,6 +222,10 @@ absl::Status GpuBackend::Health() const {
   return absl::OkStatus();
 }
 
+bool GpuBackend::LaneAvailable(int lane) const {
+  return !lanes_[lane]->device->failed.load(std::memory_order_acquire);
+}
+
 void GpuBackend::MarkDeviceFailed(Device& device, const absl::Status& status) {
   {
     absl::MutexLock lock(&device.mu);

@@ -80,7 +80,8 @@ class GpuBackend final : public Backend {
                         BatchStats* stats) override;
 
   // OK while every device serves; otherwise the first sticky error.
-  absl::Status Health() const;
+  absl::Status Health() const override;
+  bool LaneAvailable(int lane) const override;
   int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
 
  private:
