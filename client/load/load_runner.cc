@@ -1,0 +1,514 @@
+#include "client/load/load_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/load/prom_scrape.h"
+#include "client/verify.h"
+
+namespace conv1d {
+
+namespace {
+constexpr int kMaxVerifyQueue = 16;
+
+int64_t EstimateRequestBytes(const WorkloadSpec& s) {
+  const int64_t act = s.batch * s.dim * s.seqlen * DTypeSize(s.dtype);
+  return s.op == WorkloadOp::kBackward ? 2 * act : act;
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(LoadOptions options,
+                                                               Conv1dClient* client) {
+  if (options.workloads.empty()) return absl::InvalidArgumentError("no workload");
+  if (options.levels.empty()) return absl::InvalidArgumentError("no levels");
+  if (options.window_s <= 0) return absl::InvalidArgumentError("window must be > 0 s");
+  if (options.stable_windows < 1) options.stable_windows = 1;
+  if (options.max_trials < options.stable_windows) options.max_trials = options.stable_windows;
+  if (options.verify_fraction > 0 && !ReferenceAvailable()) {
+    return absl::FailedPreconditionError("--verify_fraction needs a build with the CPU backend");
+  }
+  for (double l : options.levels) {
+    if (options.closed_loop && (l < 1 || l != std::floor(l))) {
+      return absl::InvalidArgumentError(absl::StrCat("concurrency ", l, " is not a whole number >= 1"));
+    }
+  }
+  std::unique_ptr<LoadRunner> r(new LoadRunner(std::move(options), client));
+  r->call_.timeout = r->options_.timeout;
+  r->call_.max_attempts = r->options_.max_attempts;
+  return r;
+}
+
+LoadRunner::~LoadRunner() {
+  {
+    absl::MutexLock l(&verify_mu_);
+    verify_stop_ = true;
+  }
+  if (verifier_.joinable()) verifier_.join();
+}
+
+absl::Status LoadRunner::Setup(RunReport* report) {
+  absl::StatusOr<v1::ServerInfoResponse> info = client_->ServerInfo();
+  ++report->setup_calls;
+  if (!info.ok()) {
+    return absl::Status(info.status().code(),
+                        absl::StrCat("server not reachable: ", info.status().message()));
+  }
+  std::printf("server: %s backend, version %s\n", info->backend().c_str(), info->version().c_str());
+  const auto& w = options_.workloads;
+  const uint64_t seed = options_.seed;
+  // Pool: each workload gets up to pool_size requests within its share of the
+  // byte budget, built in parallel so large pools do not stall start-up.
+  std::vector<int> sizes;
+  for (size_t i = 0; i < w.size(); ++i) {
+    weights_.push_back(MakeWeights(w[i], seed * 1000003 + i));
+    const int64_t budget = options_.pool_bytes / static_cast<int64_t>(w.size());
+    const int64_t fit = budget / std::max<int64_t>(1, EstimateRequestBytes(w[i]));
+    sizes.push_back(static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, options_.pool_size))));
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!w[i].registered_weights) {
+      registered_names_.push_back("");
+      continue;
+    }
+    std::string name = w[i].weights_name;
+    if (name.empty()) {
+      name = absl::StrCat("conv1d_load_", getpid(), "_", i);
+      v1::RegisterWeightsRequest req;
+      req.set_name(name);
+      req.set_replace(true);
+      weights_[i].weight.ToProto(req.mutable_weight());
+      if (!weights_[i].bias.empty()) weights_[i].bias.ToProto(req.mutable_bias());
+      absl::StatusOr<v1::RegisterWeightsResponse> r = client_->RegisterWeights(req);
+      ++report->setup_calls;
+      if (!r.ok()) {
+        return absl::Status(r.status().code(),
+                            absl::StrCat("registering weights: ", r.status().message()));
+      }
+      registered_names_.push_back(name);
+    } else {
+      registered_names_.push_back("");  // the user's set: values unknown here
+    }
+  }
+  std::vector<std::vector<PoolItem>> per(w.size());
+  for (size_t i = 0; i < w.size(); ++i) per[i].resize(sizes[i]);
+  std::vector<std::thread> threads;
+  const unsigned nthreads = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned t = 0; t < nthreads; ++t) {
+    threads.emplace_back([&, t] {
+      size_t k = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        WorkloadSpec spec = w[i];
+        if (spec.registered_weights && spec.weights_name.empty()) {
+          spec.weights_name = registered_names_[i];
+        }
+        for (int j = 0; j < sizes[i]; ++j, ++k) {
+          if (k % nthreads != t) continue;
+          PoolItem& item = per[i][j];
+          item.workload = static_cast<int>(i);
+          item.req = BuildRequest(spec, weights_[i], seed * 7919 + 104729 * i + 31 * j + 5);
+          item.req.spec_index = static_cast<int>(i);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<int> first;
+  for (size_t i = 0; i < w.size(); ++i) {
+    first.push_back(static_cast<int>(pool_.size()));
+    for (auto& item : per[i]) pool_.push_back(std::move(item));
+  }
+  // Schedule: mix shares over 4096 slots, then shuffled deterministically.
+  double total = 0;
+  for (const auto& s : w) total += s.mix_weight;
+  FastRng rng(seed ^ 0x5eed);
+  std::vector<int> rr(w.size(), 0);
+  for (int k = 0; k < 4096; ++k) {
+    double u = rng.UniformDouble() * total;
+    size_t i = 0;
+    while (i + 1 < w.size() && u >= w[i].mix_weight) u -= w[i++].mix_weight;
+    schedule_.push_back(first[i] + (rr[i]++ % sizes[i]));
+  }
+  int64_t pool_bytes = 0;
+  for (const auto& item : pool_) pool_bytes += item.req.request_tensor_bytes;
+  std::printf("request pool: %zu requests, %.1f MB\n", pool_.size(), pool_bytes / 1e6);
+  if (options_.verify_fraction > 0) verifier_ = std::thread([this] { VerifierLoop(); });
+  return absl::OkStatus();
+}
+
+void LoadRunner::Teardown() {
+  for (const std::string& name : registered_names_) {
+    if (name.empty()) continue;
+    v1::UnregisterWeightsRequest req;
+    req.set_name(name);
+    static_cast<void>(client_->UnregisterWeights(req));
+  }
+}
+
+const LoadRunner::PoolItem& LoadRunner::NextItem() {
+  const uint64_t k = next_.fetch_add(1, std::memory_order_relaxed);
+  return pool_[schedule_[k % schedule_.size()]];
+}
+
+template <typename Resp>
+void LoadRunner::OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<Resp> r) {
+  const double latency_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
+  {
+    absl::MutexLock l(&mu_);
+    ++completed_;
+    if (!r.ok()) ++errors_;
+    if (window_ != nullptr) {
+      ++window_->completed;
+      if (r.ok()) {
+        window_->latencies_us.push_back(latency_us);
+        window_->bytes += item.req.request_tensor_bytes + TensorPayloadBytes(*r);
+      } else {
+        ++window_->errors;
+        ++window_->errors_by_code[absl::StatusCodeToString(r.status().code())];
+      }
+    }
+  }
+  if (!r.ok() || options_.verify_fraction <= 0) return;
+  thread_local FastRng rng(reinterpret_cast<uintptr_t>(&rng) ^ options_.seed);
+  if (rng.UniformDouble() >= options_.verify_fraction) return;
+  const WorkloadSpec& spec = options_.workloads[item.workload];
+  const WeightSet* weights = spec.registered_weights ? &weights_[item.workload] : nullptr;
+  absl::MutexLock l(&verify_mu_);
+  if (spec.registered_weights && registered_names_[item.workload].empty()) {
+    ++verify_skipped_;  // a user-registered set: values unknown here
+    return;
+  }
+  if (verify_queue_.size() >= kMaxVerifyQueue) {
+    ++verify_skipped_;
+    return;
+  }
+  verify_queue_.push_back([this, &item, weights, resp = *std::move(r)]() {
+    absl::Status s;
+    if constexpr (std::is_same_v<Resp, v1::ForwardResponse>) {
+      s = VerifyResponse(*item.req.forward, resp, weights);
+    } else if constexpr (std::is_same_v<Resp, v1::BackwardResponse>) {
+      s = VerifyResponse(*item.req.backward, resp, weights);
+    } else {
+      s = VerifyResponse(*item.req.update, resp, weights);
+    }
+    absl::MutexLock l(&verify_mu_);
+    ++verified_;
+    if (!s.ok()) {
+      ++wrong_;
+      if (first_wrong_.empty()) first_wrong_ = s.ToString();
+    }
+  });
+}
+
+void LoadRunner::VerifierLoop() {
+  for (;;) {
+    absl::AnyInvocable<void()> task;
+    {
+      absl::MutexLock l(&verify_mu_);
+      verify_mu_.Await(absl::Condition(
+          +[](LoadRunner* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->verify_mu_) {
+            return r->verify_stop_ || !r->verify_queue_.empty();
+          },
+          this));
+      if (verify_queue_.empty()) return;
+      task = std::move(verify_queue_.front());
+      verify_queue_.pop_front();
+      ++verify_busy_;
+    }
+    task();
+    absl::MutexLock l(&verify_mu_);
+    --verify_busy_;
+  }
+}
+
+void LoadRunner::Dispatch(const PoolItem& item, absl::AnyInvocable<void()> after) {
+  const absl::Time t0 = absl::Now();
+  switch (item.req.op) {
+    case WorkloadOp::kForward:
+      client_->ForwardAsync(item.req.forward, call_,
+                            [this, &item, t0, after = std::move(after)](
+                                absl::StatusOr<v1::ForwardResponse> r) mutable {
+                              OnComplete(item, t0, std::move(r));
+                              after();
+                            });
+      break;
+    case WorkloadOp::kBackward:
+      client_->BackwardAsync(item.req.backward, call_,
+                             [this, &item, t0, after = std::move(after)](
+                                 absl::StatusOr<v1::BackwardResponse> r) mutable {
+                               OnComplete(item, t0, std::move(r));
+                               after();
+                             });
+      break;
+    case WorkloadOp::kUpdate:
+      client_->UpdateAsync(item.req.update, call_,
+                           [this, &item, t0, after = std::move(after)](
+                               absl::StatusOr<v1::UpdateResponse> r) mutable {
+                             OnComplete(item, t0, std::move(r));
+                             after();
+                           });
+      break;
+  }
+}
+
+void LoadRunner::IssueClosed() {
+  {
+    absl::MutexLock l(&mu_);
+    ++sent_;
+  }
+  Dispatch(NextItem(), [this] {
+    if (running_.load(std::memory_order_acquire)) {
+      IssueClosed();
+    } else {
+      absl::MutexLock l(&mu_);
+      --outstanding_;
+    }
+  });
+}
+
+void LoadRunner::SenderLoop(double rate, StepResult* step) {
+  FastRng rng(options_.seed * 31 + static_cast<uint64_t>(rate));
+  const absl::Duration late = absl::Microseconds(options_.late_us);
+  absl::Time next = absl::Now();
+  while (running_.load(std::memory_order_acquire)) {
+    absl::Duration wait = next - absl::Now();
+    if (wait > absl::Microseconds(200)) absl::SleepFor(wait - absl::Microseconds(100));
+    while (absl::Now() < next) std::this_thread::yield();
+    {
+      absl::MutexLock l(&mu_);
+      auto can_send = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return outstanding_ < options_.max_outstanding || !running_.load();
+      };
+      while (!can_send()) mu_.AwaitWithTimeout(absl::Condition(&can_send), absl::Milliseconds(50));
+      if (!running_.load()) break;
+      ++outstanding_;
+      ++sent_;
+    }
+    const absl::Duration behind = absl::Now() - next;
+    if (behind > late) {
+      ++step->late_sends;
+      step->max_late_us = std::max(step->max_late_us, absl::ToDoubleMicroseconds(behind));
+    }
+    Dispatch(NextItem(), [this] {
+      absl::MutexLock l(&mu_);
+      --outstanding_;
+    });
+    const double gap_s = options_.poisson ? -std::log(1.0 - rng.UniformDouble()) / rate : 1.0 / rate;
+    next += absl::Seconds(gap_s);
+  }
+}
+
+LoadRunner::Scrape LoadRunner::DoScrape() {
+  Scrape s;
+  if (options_.metrics_url.empty()) return s;
+  absl::StatusOr<std::string> body = HttpGet(options_.metrics_url, absl::Seconds(5));
+  if (!body.ok()) {
+    std::fprintf(stderr, "conv1d_load: metrics scrape failed: %s\n", body.status().ToString().c_str());
+    return s;
+  }
+  const std::string& f = options_.metrics_filter;
+  s.ok = true;
+  s.queue_sum = SumMetric(*body, options_.queue_metric + "_sum", f);
+  s.queue_count = SumMetric(*body, options_.queue_metric + "_count", f);
+  s.compute_sum = SumMetric(*body, options_.compute_metric + "_sum", f);
+  s.compute_count = SumMetric(*body, options_.compute_metric + "_count", f);
+  s.requests = SumMetric(*body, options_.requests_metric, f);
+  return s;
+}
+
+void LoadRunner::SleepWithProgress(double seconds, double level) {
+  const absl::Time end = absl::Now() + absl::Seconds(seconds);
+  const absl::Time start = absl::Now();
+  while (absl::Now() < end) {
+    absl::SleepFor(std::min(absl::Milliseconds(500), end - absl::Now()));
+    if (!options_.progress) continue;
+    int64_t n, errors;
+    bool measuring;
+    std::vector<double> lat;
+    {
+      absl::MutexLock l(&mu_);
+      measuring = window_ != nullptr;
+      if (!measuring) {
+        n = completed_, errors = errors_;
+      } else {
+        n = window_->completed, errors = window_->errors;
+        lat = window_->latencies_us;
+      }
+    }
+    std::sort(lat.begin(), lat.end());
+    const double el = absl::ToDoubleSeconds(absl::Now() - start);
+    std::printf("\r\033[K[%s %g] %s %.0f req/s  p99 %.1f us  errors %lld",
+                options_.closed_loop ? "concurrency" : "rate", level,
+                measuring ? "measuring" : "warm-up",
+                measuring ? n / std::max(el, 1e-9) : 0.0, Percentile(lat, 99),
+                static_cast<long long>(errors));
+    std::fflush(stdout);
+  }
+}
+
+StepResult LoadRunner::RunStep(double level) {
+  StepResult step;
+  step.closed_loop = options_.closed_loop;
+  step.level = level;
+  step.window_s = options_.window_s;
+  int64_t sent0, completed0, errors0, verified0, wrong0, skipped0;
+  {
+    absl::MutexLock l(&mu_);
+    sent0 = sent_, completed0 = completed_, errors0 = errors_;
+  }
+  {
+    absl::MutexLock l(&verify_mu_);
+    verified0 = verified_, wrong0 = wrong_, skipped0 = verify_skipped_;
+  }
+  running_.store(true, std::memory_order_release);
+  std::thread sender;
+  if (options_.closed_loop) {
+    const int n = static_cast<int>(level);
+    {
+      absl::MutexLock l(&mu_);
+      outstanding_ += n;
+    }
+    for (int i = 0; i < n; ++i) IssueClosed();
+  } else {
+    sender = std::thread([this, level, &step] { SenderLoop(level, &step); });
+  }
+  SleepWithProgress(options_.warmup_s, level);
+
+  std::vector<WindowStats> windows;
+  std::vector<double> rps, p99;
+  Scrape before = DoScrape();
+  {
+    absl::MutexLock l(&mu_);
+    window_ = std::make_unique<WindowStats>();
+  }
+  absl::Time window_start = absl::Now();
+  for (int trial = 0; trial < options_.max_trials; ++trial) {
+    SleepWithProgress(options_.window_s, level);
+    Scrape after = DoScrape();
+    std::unique_ptr<WindowStats> w;
+    const absl::Time now = absl::Now();
+    {
+      absl::MutexLock l(&mu_);
+      w = std::move(window_);
+      if (trial + 1 < options_.max_trials) window_ = std::make_unique<WindowStats>();
+    }
+    w->duration_s = absl::ToDoubleSeconds(now - window_start);
+    window_start = now;
+    if (before.ok && after.ok) {
+      w->server_queue_sum_s = after.queue_sum - before.queue_sum;
+      w->server_queue_count = after.queue_count - before.queue_count;
+      w->server_compute_sum_s = after.compute_sum - before.compute_sum;
+      w->server_compute_count = after.compute_count - before.compute_count;
+      w->server_requests = after.requests - before.requests;
+    }
+    before = after;
+    std::vector<double> sorted = w->latencies_us;
+    std::sort(sorted.begin(), sorted.end());
+    rps.push_back(w->throughput_rps());
+    p99.push_back(Percentile(sorted, 99));
+    windows.push_back(std::move(*w));
+    if (IsStable(rps, p99, options_.stable_windows, options_.stability_pct)) {
+      step.stable = true;
+      absl::MutexLock l(&mu_);
+      window_.reset();
+      break;
+    }
+  }
+  running_.store(false, std::memory_order_release);
+  if (sender.joinable()) sender.join();
+  {
+    // Drain: every call ends by its deadline at the latest.
+    absl::MutexLock l(&mu_);
+    auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_ == 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&drained), options_.timeout + absl::Seconds(5));
+  }
+  {
+    // Let sampled verifications of this step finish so they count here.
+    absl::MutexLock l(&verify_mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(verify_mu_) {
+      return verify_queue_.empty() && verify_busy_ == 0;
+    };
+    verify_mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(120));
+  }
+  if (options_.progress) {
+    std::printf("\r\033[K");
+    std::fflush(stdout);
+  }
+
+  step.windows = static_cast<int>(windows.size());
+  WindowStats merged;
+  const size_t first = windows.size() > static_cast<size_t>(options_.stable_windows)
+                           ? windows.size() - options_.stable_windows
+                           : 0;
+  for (size_t i = first; i < windows.size(); ++i) merged.Merge(windows[i]);
+  step.requests = merged.completed;
+  step.errors = merged.errors;
+  step.errors_by_code = merged.errors_by_code;
+  step.throughput_rps = merged.throughput_rps();
+  step.gbps = merged.gbps();
+  step.latency = Summarize(merged.latencies_us);
+  if (!options_.metrics_url.empty()) {
+    step.server_requests = merged.server_requests;
+    if (merged.server_queue_count > 0) {
+      step.server_queue_mean_us = 1e6 * merged.server_queue_sum_s / merged.server_queue_count;
+    }
+    if (merged.server_compute_count > 0) {
+      step.server_compute_mean_us = 1e6 * merged.server_compute_sum_s / merged.server_compute_count;
+    }
+  }
+  {
+    absl::MutexLock l(&mu_);
+    step.sent_total = sent_ - sent0;
+    step.completed_total = completed_ - completed0;
+    step.errors_total = errors_ - errors0;
+  }
+  {
+    absl::MutexLock l(&verify_mu_);
+    step.verified = verified_ - verified0;
+    step.wrong = wrong_ - wrong0;
+    step.verify_skipped = verify_skipped_ - skipped0;
+  }
+  return step;
+}
+
+absl::StatusOr<RunReport> LoadRunner::Run() {
+  RunReport report;
+  report.mode = options_.closed_loop ? "concurrency" : "rate";
+  for (const auto& w : options_.workloads) {
+    report.workloads.push_back(
+        absl::StrCat(w.Describe(), options_.workloads.size() > 1
+                                       ? absl::StrFormat(" x%g", w.mix_weight)
+                                       : std::string()));
+  }
+  if (absl::Status s = Setup(&report); !s.ok()) {
+    Teardown();
+    return s;
+  }
+  for (const std::string& d : report.workloads) std::printf("workload: %s\n", d.c_str());
+  const Scrape start = DoScrape();
+  for (double level : options_.levels) {
+    StepResult step = RunStep(level);
+    std::printf("%s\n", StepLine(step).c_str());
+    std::fflush(stdout);
+    report.total_requests += step.completed_total;
+    report.total_errors += step.errors_total;
+    report.wrong_answers += step.wrong;
+    report.steps.push_back(std::move(step));
+  }
+  // Servers may count a request just after answering it.
+  if (start.ok) absl::SleepFor(absl::Milliseconds(200));
+  const Scrape end = DoScrape();
+  if (start.ok && end.ok) report.server_requests_delta = end.requests - start.requests;
+  {
+    absl::MutexLock l(&verify_mu_);
+    report.first_wrong = first_wrong_;
+  }
+  Teardown();
+  return report;
+}
+
+}  // namespace conv1d

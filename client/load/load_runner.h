@@ -1,0 +1,124 @@
+// LoadRunner: the engine of conv1d_load. Drives a Conv1dClient with a
+// pre-generated pool of random requests, closed loop (N requests always in
+// flight) or open loop (sends on a constant or Poisson schedule, independent
+// of the server's speed, counting late sends), one step per level. Each step
+// warms up, then measures windows until the last `stable_windows` agree on
+// throughput and p99 within `stability_pct` (or `max_trials` windows have
+// passed), optionally scraping the server's Prometheus metrics at every
+// window boundary and checking a sample of answers against the CPU
+// reference on a separate thread.
+//
+// Used by client/load/main.cc. Run() is called from one thread; internally
+// completions arrive on gRPC callback threads and are recorded under a mutex.
+#ifndef CONV1D_CLIENT_LOAD_LOAD_RUNNER_H_
+#define CONV1D_CLIENT_LOAD_LOAD_RUNNER_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/conv1d_client.h"
+#include "client/load/report.h"
+#include "client/load/stats.h"
+#include "client/workload.h"
+
+namespace conv1d {
+
+struct LoadOptions {
+  std::vector<WorkloadSpec> workloads;  // mixed by their mix_weight
+  bool closed_loop = true;
+  std::vector<double> levels;  // concurrency or requests/s per step
+  bool poisson = false;        // open loop arrivals; else constant spacing
+  double warmup_s = 1.0;
+  double window_s = 2.0;
+  int max_trials = 10;      // windows per step at most
+  int stable_windows = 3;   // windows compared and reported
+  double stability_pct = 10.0;
+  double verify_fraction = 0.0;
+  int pool_size = 16;                     // requests per workload at most
+  int64_t pool_bytes = int64_t{1} << 30;  // pool memory bound
+  absl::Duration timeout = absl::Seconds(30);
+  int max_attempts = 1;                   // 1: failures are counted, not retried
+  int max_outstanding = 4096;             // open loop in-flight bound
+  double late_us = 1000;                  // a send this far behind is late
+  bool progress = false;                  // live line on stdout
+  std::string metrics_url;
+  std::string queue_metric = "conv1d_request_queue_seconds";
+  std::string compute_metric = "conv1d_compute_seconds";
+  std::string requests_metric = "conv1d_requests_total";
+  std::string metrics_filter;             // label substring for all three
+  uint64_t seed = 1;
+};
+
+class LoadRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<LoadRunner>> Create(LoadOptions options,
+                                                            Conv1dClient* client);
+  ~LoadRunner();
+
+  // Prints one line per step to stdout; returns the whole report.
+  absl::StatusOr<RunReport> Run();
+
+ private:
+  struct PoolItem {
+    PreparedRequest req;
+    int workload = 0;
+  };
+  struct Scrape {
+    bool ok = false;
+    double queue_sum = 0, queue_count = 0, compute_sum = 0, compute_count = 0, requests = 0;
+  };
+
+  LoadRunner(LoadOptions options, Conv1dClient* client)
+      : options_(std::move(options)), client_(client) {}
+  absl::Status Setup(RunReport* report);
+  void Teardown();
+  StepResult RunStep(double level);
+  void Dispatch(const PoolItem& item, absl::AnyInvocable<void()> after);
+  template <typename Resp>
+  void OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<Resp> r);
+  void IssueClosed();
+  void SenderLoop(double rate, StepResult* step);
+  const PoolItem& NextItem();
+  void SleepWithProgress(double seconds, double level);
+  Scrape DoScrape();
+  void VerifierLoop();
+
+  const LoadOptions options_;
+  Conv1dClient* const client_;
+  CallOptions call_;
+  std::vector<WeightSet> weights_;
+  std::vector<std::string> registered_names_;
+  std::vector<PoolItem> pool_;
+  std::vector<int> schedule_;  // pool indices in mix proportion, shuffled
+  std::atomic<uint64_t> next_{0};
+  std::atomic<bool> running_{false};
+
+  absl::Mutex mu_;
+  std::unique_ptr<WindowStats> window_ ABSL_GUARDED_BY(mu_);  // null: not measuring
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t errors_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex verify_mu_;
+  std::deque<absl::AnyInvocable<void()>> verify_queue_ ABSL_GUARDED_BY(verify_mu_);
+  bool verify_stop_ ABSL_GUARDED_BY(verify_mu_) = false;
+  int64_t verified_ ABSL_GUARDED_BY(verify_mu_) = 0;
+  int64_t wrong_ ABSL_GUARDED_BY(verify_mu_) = 0;
+  int64_t verify_skipped_ ABSL_GUARDED_BY(verify_mu_) = 0;
+  int64_t verify_busy_ ABSL_GUARDED_BY(verify_mu_) = 0;
+  std::string first_wrong_ ABSL_GUARDED_BY(verify_mu_);
+  std::thread verifier_;
+};
+
+}  // namespace conv1d
+
+#endif  // CONV1D_CLIENT_LOAD_LOAD_RUNNER_H_

@@ -1,0 +1,217 @@
+// conv1d_load: load generator for conv1d-serve, in the manner of Triton's
+// perf_analyzer. See --help (or client/README.md) for every flag.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "client/load/load_runner.h"
+
+ABSL_FLAG(std::string, target, "localhost:50051",
+          "Server address, or a comma list of replicas used round-robin.");
+ABSL_FLAG(int, channels, 0,
+          "gRPC channels (TCP connections) in all; 0 = min(8, highest concurrency) "
+          "in closed loop, 4 in open loop.");
+ABSL_FLAG(std::string, concurrency, "",
+          "Closed loop: requests kept in flight per step, a list '1,8,64' or a range "
+          "'start:end:factor' ('1:64:2'). Default 1 when --rate is not given.");
+ABSL_FLAG(std::string, rate, "",
+          "Open loop: requests/s per step (list or range); sends follow the schedule "
+          "whatever the server's speed, and sends more than --late_us behind are counted.");
+ABSL_FLAG(std::string, arrival, "constant", "Open loop arrivals: constant or poisson.");
+ABSL_FLAG(double, late_us, 1000, "Open loop: a send this far behind schedule counts as late.");
+ABSL_FLAG(int, max_outstanding, 4096, "Open loop: most requests in flight before sends wait.");
+ABSL_FLAG(double, duration_s, 2.0, "Length of one measurement window.");
+ABSL_FLAG(double, warmup_s, 1.0, "Warm-up before the first window of each step (not measured).");
+ABSL_FLAG(double, stability_pct, 10.0,
+          "A step ends when the last --stable_windows windows' throughput and p99 are each "
+          "within this percentage of their mean.");
+ABSL_FLAG(int, stable_windows, 3, "Windows compared by the stability rule, and reported.");
+ABSL_FLAG(int, max_trials, 10, "Most windows per step; the last --stable_windows are reported "
+          "(flagged unstable) if the rule is never met.");
+ABSL_FLAG(std::string, preset, "",
+          "Workload preset: decode-fwd (1x5120x1 fp32, initial+final states, registered "
+          "weights), decode-update (64x5120x1 fp32 update, registered), small-fwd "
+          "(1x2048x128 fp32), large-fwd (4x2048x2048 bf16), large-bwd (same, backward). "
+          "All width 4, SiLU, bias. Other workload flags override the preset.");
+ABSL_FLAG(std::string, op, "", "fwd, bwd or update (default fwd).");
+ABSL_FLAG(std::string, shape, "", "BxDxL (default 1x2048x128).");
+ABSL_FLAG(std::string, dtype, "", "Activation dtype: fp32, fp16, bf16.");
+ABSL_FLAG(std::string, weight_dtype, "", "Weight dtype (default: the activation dtype).");
+ABSL_FLAG(int, width, 0, "Kernel width (default 4).");
+ABSL_FLAG(std::string, layout, "", "cf (channel-first, default) or cl (channel-last).");
+ABSL_FLAG(std::string, activation, "", "silu (default) or none.");
+ABSL_FLAG(std::string, bias, "", "true (default) or false.");
+ABSL_FLAG(std::string, weights, "",
+          "inline (weights in every request, default) or registered (registered once "
+          "before the run, unregistered after).");
+ABSL_FLAG(std::string, initial_states, "", "fwd/bwd: send initial_states (true/false).");
+ABSL_FLAG(std::string, final_states, "", "fwd: ask for final_states (true/false).");
+ABSL_FLAG(std::string, mix, "",
+          "File of weighted workload lines, e.g. 'weight=3 preset=small-fwd' / "
+          "'weight=1 op=bwd shape=4x2048x2048 dtype=bf16' (keys as the flags above; "
+          "'#' comments). Replaces the single workload.");
+ABSL_FLAG(int, pool, 16, "Pre-generated random requests per workload (fewer if --pool_mb is reached).");
+ABSL_FLAG(int, pool_mb, 1024, "Memory bound of the request pool.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the random requests and weights.");
+ABSL_FLAG(double, verify_fraction, 0.0,
+          "Fraction of answers checked against the CPU implementation on a side thread "
+          "(skipped when it falls behind); any wrong answer fails the run.");
+ABSL_FLAG(double, timeout_s, 30, "Deadline of each request.");
+ABSL_FLAG(int, attempts, 1, "Attempts per request (1: failures are counted, not retried).");
+ABSL_FLAG(std::string, json, "", "Write the results as JSON {\"steps\": [...]} to this file.");
+ABSL_FLAG(std::string, csv, "", "Write the results as CSV (one row per step) to this file.");
+ABSL_FLAG(std::string, metrics_url, "",
+          "Server Prometheus endpoint (http://host:port/metrics), scraped at every window "
+          "boundary: server queue and compute time are reported beside client latency.");
+ABSL_FLAG(std::string, queue_metric, "conv1d_request_queue_seconds",
+          "Histogram of server queue time (its _sum/_count are used).");
+ABSL_FLAG(std::string, compute_metric, "conv1d_compute_seconds",
+          "Histogram of server compute time (its _sum/_count are used).");
+ABSL_FLAG(std::string, requests_metric, "conv1d_requests_total", "Counter of server requests.");
+ABSL_FLAG(std::string, metrics_filter, "",
+          "Only samples whose label text contains this substring, e.g. 'method=\"Forward\"'.");
+ABSL_FLAG(bool, allow_errors, false, "Exit 0 even when requests failed (wrong answers still fail).");
+ABSL_FLAG(bool, progress, true, "Live progress line (only when stdout is a terminal).");
+
+namespace conv1d {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "conv1d_load: %s\n", s.ToString().c_str());
+  return 2;
+}
+
+absl::StatusOr<std::vector<WorkloadSpec>> Workloads() {
+  WorkloadSpec spec;
+  auto apply = [&](const char* key, const std::string& v) -> absl::Status {
+    return v.empty() ? absl::OkStatus() : ApplyWorkloadKey(key, v, &spec);
+  };
+  const std::pair<const char*, std::string> flags[] = {
+      {"preset", absl::GetFlag(FLAGS_preset)},
+      {"op", absl::GetFlag(FLAGS_op)},
+      {"shape", absl::GetFlag(FLAGS_shape)},
+      {"dtype", absl::GetFlag(FLAGS_dtype)},
+      {"weight_dtype", absl::GetFlag(FLAGS_weight_dtype)},
+      {"width", absl::GetFlag(FLAGS_width) > 0 ? absl::StrCat(absl::GetFlag(FLAGS_width)) : ""},
+      {"layout", absl::GetFlag(FLAGS_layout)},
+      {"activation", absl::GetFlag(FLAGS_activation)},
+      {"bias", absl::GetFlag(FLAGS_bias)},
+      {"weights", absl::GetFlag(FLAGS_weights)},
+      {"initial_states", absl::GetFlag(FLAGS_initial_states)},
+      {"final_states", absl::GetFlag(FLAGS_final_states)},
+  };
+  for (const auto& [key, value] : flags) {
+    if (absl::Status s = apply(key, value); !s.ok()) return s;
+    // A --dtype without --weight_dtype moves the weights along.
+    if (std::string(key) == "dtype" && !value.empty()) spec.weight_dtype = spec.dtype;
+  }
+  const std::string mix = absl::GetFlag(FLAGS_mix);
+  if (mix.empty()) return std::vector<WorkloadSpec>{spec};
+  std::ifstream f(mix);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open mix file ", mix));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ParseMix(ss.str(), spec);
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
+  if (!f) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+int Main() {
+  LoadOptions o;
+  absl::StatusOr<std::vector<WorkloadSpec>> w = Workloads();
+  if (!w.ok()) return Fail(w.status());
+  o.workloads = *std::move(w);
+  const std::string conc = absl::GetFlag(FLAGS_concurrency), rate = absl::GetFlag(FLAGS_rate);
+  if (!conc.empty() && !rate.empty()) {
+    return Fail(absl::InvalidArgumentError("give --concurrency or --rate, not both"));
+  }
+  o.closed_loop = rate.empty();
+  absl::StatusOr<std::vector<double>> levels = ParseLevels(o.closed_loop ? (conc.empty() ? "1" : conc) : rate);
+  if (!levels.ok()) return Fail(levels.status());
+  o.levels = *levels;
+  const std::string arrival = absl::GetFlag(FLAGS_arrival);
+  if (arrival != "constant" && arrival != "poisson") {
+    return Fail(absl::InvalidArgumentError("--arrival is constant or poisson"));
+  }
+  o.poisson = arrival == "poisson";
+  o.late_us = absl::GetFlag(FLAGS_late_us);
+  o.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
+  o.window_s = absl::GetFlag(FLAGS_duration_s);
+  o.warmup_s = absl::GetFlag(FLAGS_warmup_s);
+  o.stability_pct = absl::GetFlag(FLAGS_stability_pct);
+  o.stable_windows = absl::GetFlag(FLAGS_stable_windows);
+  o.max_trials = absl::GetFlag(FLAGS_max_trials);
+  o.pool_size = absl::GetFlag(FLAGS_pool);
+  o.pool_bytes = int64_t{absl::GetFlag(FLAGS_pool_mb)} << 20;
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.verify_fraction = absl::GetFlag(FLAGS_verify_fraction);
+  o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  o.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
+  o.metrics_url = absl::GetFlag(FLAGS_metrics_url);
+  o.queue_metric = absl::GetFlag(FLAGS_queue_metric);
+  o.compute_metric = absl::GetFlag(FLAGS_compute_metric);
+  o.requests_metric = absl::GetFlag(FLAGS_requests_metric);
+  o.metrics_filter = absl::GetFlag(FLAGS_metrics_filter);
+  o.progress = absl::GetFlag(FLAGS_progress) && isatty(STDOUT_FILENO);
+
+  ClientOptions co;
+  co.targets = SplitTargets(absl::GetFlag(FLAGS_target));
+  int channels = absl::GetFlag(FLAGS_channels);
+  if (channels <= 0) {
+    double top = 1;
+    for (double l : o.levels) top = std::max(top, l);
+    channels = o.closed_loop ? static_cast<int>(std::min(8.0, top)) : 4;
+  }
+  co.num_channels = channels;
+  co.retry.max_attempts = o.max_attempts;
+  co.default_timeout = o.timeout;
+  absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(co);
+  if (!client.ok()) return Fail(client.status());
+  std::printf("targets: %s, %d channel(s)\n", absl::GetFlag(FLAGS_target).c_str(),
+              (*client)->num_channels());
+
+  absl::StatusOr<std::unique_ptr<LoadRunner>> runner = LoadRunner::Create(o, client->get());
+  if (!runner.ok()) return Fail(runner.status());
+  absl::StatusOr<RunReport> report = (*runner)->Run();
+  if (!report.ok()) return Fail(report.status());
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_json), ReportJson(*report)); !s.ok()) return Fail(s);
+  }
+  if (!absl::GetFlag(FLAGS_csv).empty()) {
+    if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_csv), ReportCsv(*report)); !s.ok()) return Fail(s);
+  }
+  std::printf("total: %lld requests, %lld errors, %lld wrong answers\n",
+              static_cast<long long>(report->total_requests),
+              static_cast<long long>(report->total_errors),
+              static_cast<long long>(report->wrong_answers));
+  if (report->wrong_answers > 0) {
+    std::fprintf(stderr, "conv1d_load: wrong answers, first: %s\n", report->first_wrong.c_str());
+    return 1;
+  }
+  if (report->total_errors > 0 && !absl::GetFlag(FLAGS_allow_errors)) return 1;
+  return 0;
+}
+
+}  // namespace
+}  // namespace conv1d
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "conv1d_load [flags]: load generator for conv1d-serve.\n"
+      "  Closed loop: --concurrency=1,8,64 or 1:64:2; open loop: --rate=100:1600:2 "
+      "[--arrival=poisson].\n  Exit 1 when a request failed (unless --allow_errors) or an "
+      "answer was wrong; 2 on usage/setup errors.");
+  absl::ParseCommandLine(argc, argv);
+  return conv1d::Main();
+}
