@@ -1,0 +1,188 @@
+#include "server/frontend/server.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/core/clock.h"
+#include "server/frontend/conv1d_service.h"
+#include "server/metrics/prometheus_observer.h"
+#include "spdlog/spdlog.h"
+
+#ifndef CONV1D_VERSION
+#define CONV1D_VERSION "0.0.0"
+#endif
+#ifndef CONV1D_GIT_SHA
+#define CONV1D_GIT_SHA "unknown"
+#endif
+
+namespace conv1d {
+namespace {
+
+constexpr char kServiceName[] = "conv1d.v1.Conv1d";
+
+absl::Status CheckOptions(const ServerOptions& o) {
+  if (o.listen_address.empty()) {
+    return absl::InvalidArgumentError("listen: must not be empty");
+  }
+  if (o.max_message_bytes < kMinMessageBytes || o.max_message_bytes > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes: ", o.max_message_bytes, " is outside ", kMinMessageBytes,
+        "..", kMaxMessageBytes, " (256 MiB .. 2 GiB - 1)"));
+  }
+  if (o.max_request_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_request_bytes: ", o.max_request_bytes, " is negative"));
+  }
+  if (o.max_weight_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_weight_bytes: ", o.max_weight_bytes, " must be >= 1"));
+  }
+  if (o.backend.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads: ", o.backend.threads, " is negative"));
+  }
+  if (o.backend.lanes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lanes: ", o.backend.lanes, " is negative"));
+  }
+  if (o.drain_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("drain_grace: must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string ServerVersion() {
+  return absl::StrCat(CONV1D_VERSION, " (", CONV1D_GIT_SHA, ")");
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  std::unique_ptr<Server> server(new Server());
+  server->drain_grace_ = options.drain_grace;
+
+  if (options.backend_instance != nullptr) {
+    server->backend_ = std::move(options.backend_instance);
+  } else {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(options.backend);
+    if (!backend.ok()) return backend.status();
+    server->backend_ = std::move(*backend);
+  }
+
+  if (options.observer != nullptr) {
+    server->observer_ = options.observer;
+  } else if (!options.metrics_listen_address.empty()) {
+    MetricsOptions metrics;
+    metrics.listen_address = options.metrics_listen_address;
+    metrics.version = CONV1D_VERSION;
+    metrics.git_sha = CONV1D_GIT_SHA;
+    metrics.backend = server->backend_->name();
+    metrics.devices = server->backend_->devices();
+    absl::StatusOr<std::unique_ptr<PrometheusObserver>> prom =
+        PrometheusObserver::Create(metrics);
+    if (!prom.ok()) return prom.status();
+    server->metrics_port_ = (*prom)->bound_port();
+    server->owned_observer_ = std::move(*prom);
+    server->observer_ = server->owned_observer_.get();
+  } else {
+    server->owned_observer_ = std::make_unique<NoopObserver>();
+    server->observer_ = server->owned_observer_.get();
+  }
+
+  server->registry_ =
+      std::make_unique<WeightRegistry>(server->observer_, options.max_weight_bytes);
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
+      options.scheduler, server->backend_.get(), Clock::Real(), server->observer_);
+  if (!scheduler.ok()) return scheduler.status();
+  server->scheduler_ = std::move(*scheduler);
+
+  ServiceOptions service_options;
+  service_options.version = ServerVersion();
+  service_options.limits.max_request_bytes = options.max_request_bytes > 0
+                                                 ? options.max_request_bytes
+                                                 : options.max_message_bytes;
+  server->service_ = std::make_unique<Conv1dService>(
+      service_options, server->scheduler_.get(), server->registry_.get(),
+      server->backend_.get(), server->observer_);
+
+  // Both are process-wide switches read by the next BuildAndStart.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                           &server->bound_port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(server->service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->bound_port_ == 0) {
+    if (server->grpc_server_ != nullptr) server->grpc_server_->Shutdown();
+    server->grpc_server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("listen: cannot serve gRPC on ", options.listen_address));
+  }
+  server->SetServing(true);
+  return server;
+}
+
+Server::~Server() { Shutdown(absl::Now() + absl::Seconds(5)); }
+
+bool Server::serving() const {
+  absl::MutexLock lock(&mu_);
+  return serving_;
+}
+
+void Server::SetServing(bool serving) {
+  {
+    absl::MutexLock lock(&mu_);
+    serving_ = serving;
+  }
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
+  observer_->OnServingChanged(serving);
+}
+
+void Server::Shutdown(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_started_) {
+      mu_.Await(absl::Condition(&shutdown_done_));
+      return;
+    }
+    shutdown_started_ = true;
+  }
+  if (grpc_server_ == nullptr) {  // Create failed part-way
+    absl::MutexLock lock(&mu_);
+    shutdown_done_ = true;
+    return;
+  }
+  SetServing(false);
+  spdlog::info("draining: health NOT_SERVING; {} requests queued",
+               scheduler_->queued_requests());
+  // Keep accepting for the grace period so that clients which have not seen
+  // NOT_SERVING yet are still answered.
+  const absl::Time grace_end = std::min(absl::Now() + drain_grace_, deadline);
+  absl::SleepFor(std::max(grace_end - absl::Now(), absl::ZeroDuration()));
+  // Stops accepting; waits for in-flight calls until the deadline, then
+  // cancels them (the scheduler drops cancelled tasks before compute).
+  grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  scheduler_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  grpc_server_->Wait();
+  const SchedulerStats stats = scheduler_->stats();
+  spdlog::info("drained: {} completed, {} dropped (deadline {}, cancelled {}, shutdown {}), {} failed",
+               stats.completed,
+               stats.dropped_deadline + stats.dropped_cancelled + stats.dropped_shutdown,
+               stats.dropped_deadline, stats.dropped_cancelled, stats.dropped_shutdown,
+               stats.failed);
+  absl::MutexLock lock(&mu_);
+  shutdown_done_ = true;
+}
+
+}  // namespace conv1d

@@ -1,0 +1,123 @@
+// Server: one running conv1d service — backend, weight registry, scheduler,
+// metrics observer and the gRPC server (Conv1d service, grpc.health.v1,
+// server reflection) — assembled from ServerOptions.
+//
+// Used by the conv1d_server binary (server/main.cc) and by the end-to-end
+// tests, which run it in-process on 127.0.0.1:0 and read bound_port().
+//
+// Lifecycle: Create() builds everything and starts serving; health reports
+// SERVING from then on. Shutdown() drains: health NOT_SERVING first, then
+// (after drain_grace) the listener stops accepting, in-flight calls finish
+// (calls still running at the deadline are cancelled), the scheduler drains
+// and its lanes stop. The destructor shuts down if that has not happened.
+//
+// Thread-safety: every public method is thread-safe; Shutdown may be called
+// from any thread (not from a gRPC handler) and more than once.
+#ifndef CONV1D_SERVER_FRONTEND_SERVER_H_
+#define CONV1D_SERVER_FRONTEND_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/core/backend.h"
+#include "server/core/observer.h"
+#include "server/core/scheduler.h"
+#include "server/core/weight_registry.h"
+#include "server/frontend/backend_factory.h"
+
+namespace conv1d {
+
+class Conv1dService;
+
+inline constexpr int64_t kMinMessageBytes = int64_t{256} << 20;
+inline constexpr int64_t kMaxMessageBytes = 0x7fffffff;  // gRPC's int limit
+
+struct ServerOptions {
+  // host:port of the gRPC listener; port 0 picks a free one (bound_port()).
+  std::string listen_address = "0.0.0.0:50051";
+  // host:port of the Prometheus endpoint; empty serves no metrics.
+  std::string metrics_listen_address = "0.0.0.0:8002";
+  // Which backend, its threads and lanes (backend_factory.h).
+  BackendChoice backend;
+  SchedulerOptions scheduler;
+  // gRPC max receive and send message size; 256 MiB .. 2 GiB - 1.
+  int64_t max_message_bytes = int64_t{1} << 30;
+  // Bytes one compute request may move (inputs plus outputs); 0 means
+  // max_message_bytes. >= 0.
+  int64_t max_request_bytes = 0;
+  // Sum of registered weight bytes.
+  int64_t max_weight_bytes = int64_t{16} << 30;
+  // How long health reports NOT_SERVING before the listener stops accepting,
+  // so that load balancers stop sending first. Bounded by the drain deadline.
+  absl::Duration drain_grace = absl::Milliseconds(500);
+
+  // Test hooks. A non-null `backend_instance` is used instead of building
+  // `backend`; a non-null `observer` (not owned, must outlive the Server)
+  // replaces the metrics observer and metrics_listen_address is ignored.
+  std::unique_ptr<Backend> backend_instance;
+  Observer* observer = nullptr;
+};
+
+// "0.1.0 (<git sha>)".
+std::string ServerVersion();
+
+class Server {
+ public:
+  // INVALID_ARGUMENT naming the option for a bad value; the backend's, the
+  // scheduler's or the metrics endpoint's error; UNAVAILABLE when the
+  // listener cannot bind.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
+  ~Server();
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // The gRPC port actually bound.
+  int bound_port() const { return bound_port_; }
+  // The metrics port actually bound; 0 when not serving metrics.
+  int metrics_port() const { return metrics_port_; }
+  const Backend& backend() const { return *backend_; }
+  std::vector<std::string> devices() const { return backend_->devices(); }
+  WeightRegistry* registry() { return registry_.get(); }
+  SchedulerStats scheduler_stats() const { return scheduler_->stats(); }
+  int64_t queued_requests() const { return scheduler_->queued_requests(); }
+  // False once Shutdown has begun.
+  bool serving() const;
+
+  // Drains as described above and returns when every call has finished and
+  // the scheduler's lanes have stopped. Calls not finished by `deadline` are
+  // cancelled. Idempotent; later callers wait for the first to finish.
+  void Shutdown(absl::Time deadline);
+
+ private:
+  Server() = default;
+  void SetServing(bool serving);
+
+  absl::Duration drain_grace_;
+  int bound_port_ = 0;
+  int metrics_port_ = 0;
+  // Declaration order is destruction order reversed: the observer outlives
+  // everything that reports to it, the backend outlives the scheduler.
+  std::unique_ptr<Observer> owned_observer_;
+  Observer* observer_ = nullptr;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<WeightRegistry> registry_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Conv1dService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+
+  mutable absl::Mutex mu_;
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace conv1d
+
+#endif  // CONV1D_SERVER_FRONTEND_SERVER_H_

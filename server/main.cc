@@ -1,0 +1,206 @@
+// conv1d_server: serves causal depthwise conv1d over gRPC (see README.md).
+//
+// Parses flags, builds a conv1d::Server, logs one startup line and waits for
+// SIGTERM or SIGINT, which drain the server (health NOT_SERVING, stop
+// accepting, finish in-flight calls) and exit 0 within --drain_timeout_s.
+// A second signal during the drain exits at once with status 1.
+// Exit status 2: an invalid flag value; 1: the server could not start.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "server/frontend/server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "host:port of the gRPC endpoint (port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8002",
+          "host:port of the Prometheus /metrics endpoint; empty disables it");
+ABSL_FLAG(std::string, backend, "auto",
+          "compute backend: auto (GPU when present, else CPU), cpu or echo "
+          "(no compute; copies inputs to outputs)");
+ABSL_FLAG(int32_t, threads, 0, "CPU backend compute threads; 0 = every core");
+ABSL_FLAG(int32_t, lanes, 0,
+          "batches in flight at once (scheduler lanes); 0 = the backend's default");
+ABSL_FLAG(int64_t, max_batch_bytes, int64_t{256} << 20,
+          "bytes (inputs plus outputs) per fused batch; a larger request runs alone");
+ABSL_FLAG(int32_t, max_batch_requests, 64,
+          "requests per fused batch, 1..65536; 1 disables fusion");
+ABSL_FLAG(int64_t, max_queue_delay_us, 0,
+          "how long a batch may wait to fill, in microseconds; 0 = run what is "
+          "queued now");
+ABSL_FLAG(int32_t, max_queued_requests, 4096,
+          "requests queued before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
+          "gRPC max receive/send message size, 256 MiB .. 2 GiB - 1");
+ABSL_FLAG(int64_t, max_request_bytes, 0,
+          "bytes (inputs plus outputs) one compute request may move; "
+          "0 = --max_message_bytes");
+ABSL_FLAG(int64_t, max_weight_bytes, int64_t{16} << 30,
+          "total bytes of registered weight sets");
+ABSL_FLAG(double, drain_timeout_s, 30,
+          "on SIGTERM/SIGINT, seconds to finish in-flight requests before "
+          "cancelling them and exiting");
+ABSL_FLAG(int32_t, drain_grace_ms, 500,
+          "on SIGTERM/SIGINT, milliseconds health reports NOT_SERVING before "
+          "the listener stops accepting (within --drain_timeout_s)");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error, critical or off");
+
+namespace {
+
+// absl::ParseCommandLine never returns when it fails or prints usage: it
+// exits with status 1 after a malformed flag and after --help alike. This
+// handler turns those exits into 2 (invalid value, as for every other
+// invalid value) and 0 (usage printed, as asked).
+bool g_flags_parsed = false;
+bool g_usage_flag_given = false;
+void FixParseExitStatus() {
+  if (g_flags_parsed) return;
+  std::fflush(nullptr);
+  std::_Exit(g_usage_flag_given ? 0 : 2);
+}
+
+bool IsUsageFlag(absl::string_view arg) {
+  if (!absl::ConsumePrefix(&arg, "-")) return false;
+  absl::ConsumePrefix(&arg, "-");
+  arg = arg.substr(0, arg.find('='));
+  for (absl::string_view name : {"help", "helpfull", "helpshort", "helppackage",
+                                 "helpon", "helpmatch", "version",
+                                 "only_check_args"}) {
+    if (arg == name) return true;
+  }
+  return false;
+}
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "conv1d_server: %s\n(see conv1d_server --help)\n",
+               message.c_str());
+  return 2;
+}
+
+bool IsHelpFlagFile(absl::string_view path) {
+  return absl::StrContains(path, "server/main.cc");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Block the drain signals before any thread exists, so every thread
+  // inherits the mask and only sigwait below receives them.
+  sigset_t drain_signals;
+  sigemptyset(&drain_signals);
+  sigaddset(&drain_signals, SIGTERM);
+  sigaddset(&drain_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &drain_signals, nullptr);
+
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsHelpFlagFile;
+  usage_config.contains_helpshort_flags = IsHelpFlagFile;
+  usage_config.version_string = [] {
+    return absl::StrCat("conv1d_server ", conv1d::ServerVersion(), "\n");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
+  absl::SetProgramUsageMessage(
+      "Serves causal depthwise conv1d (forward, backward, decode update) over "
+      "gRPC.\nUsage: conv1d_server [--listen=0.0.0.0:50051] [--backend=auto] ...");
+  for (int i = 1; i < argc; ++i) {
+    if (IsUsageFlag(argv[i])) g_usage_flag_given = true;
+  }
+  std::atexit(FixParseExitStatus);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  g_flags_parsed = true;
+  if (positional.size() > 1) {
+    return UsageError(absl::StrCat("unexpected argument '", positional[1], "'"));
+  }
+
+  const std::string level_name = absl::GetFlag(FLAGS_log_level);
+  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
+  if (level == spdlog::level::off && level_name != "off") {
+    return UsageError(absl::StrCat("--log_level: unknown level '", level_name,
+                                   "', expected trace, debug, info, warn, error, "
+                                   "critical or off"));
+  }
+  spdlog::set_level(level);
+
+  const double drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);
+  if (!(drain_timeout_s >= 0 && drain_timeout_s <= 86400)) {
+    return UsageError(absl::StrCat("--drain_timeout_s: ", drain_timeout_s,
+                                   " is outside 0..86400"));
+  }
+  const int32_t drain_grace_ms = absl::GetFlag(FLAGS_drain_grace_ms);
+  if (drain_grace_ms < 0) {
+    return UsageError(absl::StrCat("--drain_grace_ms: ", drain_grace_ms, " is negative"));
+  }
+
+  conv1d::ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.backend.name = absl::GetFlag(FLAGS_backend);
+  options.backend.threads = absl::GetFlag(FLAGS_threads);
+  options.backend.lanes = absl::GetFlag(FLAGS_lanes);
+  options.scheduler.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  options.scheduler.max_batch_requests = absl::GetFlag(FLAGS_max_batch_requests);
+  options.scheduler.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
+  options.scheduler.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  options.drain_grace = absl::Milliseconds(drain_grace_ms);
+
+  absl::StatusOr<std::unique_ptr<conv1d::Server>> server =
+      conv1d::Server::Create(std::move(options));
+  if (!server.ok()) {
+    if (absl::IsInvalidArgument(server.status())) {
+      return UsageError(std::string(server.status().message()));
+    }
+    spdlog::critical("cannot start: {}", server.status().ToString());
+    return 1;
+  }
+  const conv1d::Server& s = **server;
+  const std::string metrics =
+      s.metrics_port() > 0 ? absl::StrCat("port ", s.metrics_port()) : "off";
+  spdlog::info(
+      "conv1d_server {} serving: backend={} devices=[{}] grpc={} (port {}) "
+      "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
+      "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
+      "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
+      "drain_grace_ms={}",
+      conv1d::ServerVersion(), s.backend().name(), absl::StrJoin(s.devices(), ", "),
+      absl::GetFlag(FLAGS_listen), s.bound_port(), absl::GetFlag(FLAGS_metrics_listen),
+      metrics, s.backend().num_lanes(), absl::GetFlag(FLAGS_threads),
+      absl::GetFlag(FLAGS_max_batch_bytes), absl::GetFlag(FLAGS_max_batch_requests),
+      absl::GetFlag(FLAGS_max_queue_delay_us), absl::GetFlag(FLAGS_max_queued_requests),
+      absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
+      drain_timeout_s, drain_grace_ms);
+
+  int signal_number = 0;
+  sigwait(&drain_signals, &signal_number);
+  spdlog::info("received {}; draining for at most {} s",
+               signal_number == SIGTERM ? "SIGTERM" : "SIGINT", drain_timeout_s);
+  std::thread([drain_signals] {
+    int again = 0;
+    sigwait(&drain_signals, &again);
+    spdlog::warn("second signal during the drain; exiting now");
+    std::_Exit(1);
+  }).detach();
+
+  (*server)->Shutdown(absl::Now() + absl::Seconds(drain_timeout_s));
+  server->reset();
+  spdlog::info("stopped");
+  return 0;
+}
