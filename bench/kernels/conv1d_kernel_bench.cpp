@@ -1,0 +1,299 @@
+// Times the fused conv1d kernels (forward, backward, update) with device
+// events against a 1 GiB device-to-device copy measured in the same run,
+// on the shapes of shared/ANCHORS.md plus a 64-request fused launch.
+// Writes bench/results/kernels-<device>-<date>.csv (or the path given as
+// argv[1]) and prints a table with upstream causal-conv1d's %ceil beside
+// ours. Usage: conv1d_kernel_bench [out.csv] [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/conv1d_kernels.h"
+
+namespace {
+
+using namespace conv1d::kernels;
+
+#define CHECK(x)                                                                      \
+  do {                                                                                \
+    hipError_t e_ = (x);                                                              \
+    if (e_ != hipSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, hipGetErrorString(e_)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+struct Case {
+  std::string name;
+  int64_t B, D, L;
+  ScalarType type;
+  KernelOp op;
+  KernelLayout layout;
+  int nseg;
+  double upstream_h100, upstream_h200;  // %ceil, 0 = none
+};
+
+// Random values in [-1, 1) in `type`, generated on the host by several
+// threads and uploaded.
+void FillRandom(void* dev, int64_t n, ScalarType type, uint64_t seed) {
+  const int64_t es = type == ScalarType::kF32 ? 4 : 2;
+  std::vector<uint8_t> host(static_cast<size_t>(n * es));
+  const int nt = 16;
+  std::vector<std::thread> th;
+  for (int k = 0; k < nt; ++k) {
+    th.emplace_back([&, k] {
+      uint64_t s = seed * 0x9e3779b97f4a7c15ull + k + 1;
+      for (int64_t i = n * k / nt; i < n * (k + 1) / nt; ++i) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        const float f = static_cast<float>(static_cast<int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        if (type == ScalarType::kF32) {
+          std::memcpy(&host[i * 4], &f, 4);
+        } else {
+          uint16_t h;
+          if (type == ScalarType::kBF16) {
+            h = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+          } else {  // fp16 of a value in [-1, 1): exponent rebias, truncation is fine here
+            const uint32_t sign = (u >> 16) & 0x8000u;
+            const int32_t ex = static_cast<int32_t>((u >> 23) & 0xff) - 127 + 15;
+            h = ex <= 0 ? static_cast<uint16_t>(sign)
+                        : static_cast<uint16_t>(sign | (ex << 10) | ((u >> 13) & 0x3ffu));
+          }
+          std::memcpy(&host[i * 2], &h, 2);
+        }
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  CHECK(hipMemcpy(dev, host.data(), host.size(), hipMemcpyHostToDevice));
+}
+
+void* DevAlloc(int64_t bytes) {
+  void* p = nullptr;
+  CHECK(hipMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 256))));
+  return p;
+}
+
+double Median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `fn` (which enqueues one launch on stream 0) `iters` times after
+// `warm` warm-ups; returns the median in microseconds.
+template <class F>
+double TimeIt(F fn, int warm, int iters) {
+  for (int i = 0; i < warm; ++i) fn(i);
+  CHECK(hipDeviceSynchronize());
+  std::vector<hipEvent_t> ev(2 * iters);
+  for (auto& e : ev) CHECK(hipEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    CHECK(hipEventRecord(ev[2 * i], nullptr));
+    fn(i);
+    CHECK(hipEventRecord(ev[2 * i + 1], nullptr));
+  }
+  CHECK(hipDeviceSynchronize());
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) CHECK(hipEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) CHECK(hipEventDestroy(e));
+  return Median(ms) * 1000.0;
+}
+
+// One set of buffers and its planned, uploaded segment table.
+struct Instance {
+  std::vector<void*> bufs;
+  Conv1dPlanInfo plan;
+  Conv1dSegment* dtable = nullptr;
+  void* ws = nullptr;
+};
+
+Instance MakeInstance(const Conv1dProblem& p, const Case& c, uint64_t seed) {
+  Instance in;
+  const int64_t es = c.type == ScalarType::kF32 ? 4 : 2;
+  const int64_t n = c.B * c.D * c.L, K = p.width - 1;
+  auto alloc = [&](int64_t elems, int64_t esize, bool random) {
+    void* d = DevAlloc(elems * esize);
+    in.bufs.push_back(d);
+    if (random) FillRandom(d, elems, esize == 4 ? ScalarType::kF32 : c.type, seed++);
+    return d;
+  };
+  std::vector<Conv1dSegment> table(c.nseg);
+  for (auto& s : table) {
+    s.batch = c.B;
+    s.seqlen = c.L;
+    s.weight = alloc(c.D * p.width, es, true);
+    s.bias = alloc(c.D, es, true);
+    if (p.op == KernelOp::kUpdate) {
+      s.state_len = K;
+      s.x = alloc(n, es, true);
+      s.y = alloc(n, es, false);
+      s.conv_state = alloc(c.B * c.D * K, es, true);
+      s.conv_state_out = const_cast<void*>(s.conv_state);
+    } else if (p.op == KernelOp::kForward) {
+      s.x = alloc(n, es, true);
+      s.y = alloc(n, es, false);
+    } else {
+      s.x = alloc(n, es, true);
+      s.dout = alloc(n, es, true);
+      s.dx = alloc(n, es, false);
+      s.dweight = alloc(c.D * p.width, 4, false);
+      s.dbias = alloc(c.D, 4, false);
+    }
+  }
+  CHECK(Conv1dPlan(p, table.data(), c.nseg, &in.plan));
+  in.dtable = static_cast<Conv1dSegment*>(DevAlloc(c.nseg * sizeof(Conv1dSegment)));
+  in.bufs.push_back(in.dtable);
+  CHECK(hipMemcpy(in.dtable, table.data(), c.nseg * sizeof(Conv1dSegment), hipMemcpyHostToDevice));
+  if (in.plan.workspace_bytes > 0) {
+    in.ws = DevAlloc(in.plan.workspace_bytes);
+    in.bufs.push_back(in.ws);
+    CHECK(Conv1dZeroWorkspace(in.ws, in.plan.workspace_bytes, nullptr));
+  }
+  return in;
+}
+
+std::string DeviceTag(const std::string& name) {
+  std::string low;
+  for (char ch : name) low += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* k : {"h100", "h200", "mi300x", "mi300a", "mi300", "a100"}) {
+    if (low.find(k) != std::string::npos) return k;
+  }
+  std::string tag;
+  for (char ch : low) tag += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-';
+  return tag;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else out_path = argv[i];
+  }
+  int dev = 0;
+  CHECK(hipGetDevice(&dev));
+  hipDeviceProp_t prop;
+  CHECK(hipGetDeviceProperties(&prop, dev));
+  const std::string tag = DeviceTag(prop.name);
+  const bool h200 = tag == "h200";
+
+  // Copy ceiling: 1 GiB device to device, bytes read plus written.
+  const int64_t copy_bytes = int64_t{1} << 30;
+  void* ca = DevAlloc(copy_bytes);
+  void* cb = DevAlloc(copy_bytes);
+  CHECK(hipMemset(ca, 1, copy_bytes));
+  const double copy_us = TimeIt(
+      [&](int) { CHECK(hipMemcpyAsync(cb, ca, copy_bytes, hipMemcpyDeviceToDevice, nullptr)); }, 3, 20);
+  const double copy_gbps = 2.0 * copy_bytes / (copy_us * 1e3);
+  CHECK(hipFree(ca));
+  CHECK(hipFree(cb));
+
+  const auto F32 = ScalarType::kF32, BF = ScalarType::kBF16;
+  const auto FWD = KernelOp::kForward, BWD = KernelOp::kBackward, UPD = KernelOp::kUpdate;
+  const auto CF = KernelLayout::kChannelFirst, CL = KernelLayout::kChannelLast;
+  std::vector<Case> cases = {
+      {"1x2048x128", 1, 2048, 128, F32, FWD, CF, 1, 10.3, 8.2},
+      {"1x2048x128", 1, 2048, 128, F32, BWD, CF, 1, 7.5, 5.6},
+      {"4x2048x2048", 4, 2048, 2048, F32, FWD, CF, 1, 85.6, 82.5},
+      {"4x2048x2048", 4, 2048, 2048, F32, BWD, CF, 1, 82.7, 76.0},
+      {"8x4096x4096", 8, 4096, 4096, F32, FWD, CF, 1, 96.1, 94.2},
+      {"8x4096x4096", 8, 4096, 4096, F32, BWD, CF, 1, 96.7, 96.7},
+      {"16x5120x2048", 16, 5120, 2048, F32, FWD, CF, 1, 95.9, 95.3},
+      {"16x5120x2048", 16, 5120, 2048, F32, BWD, CF, 1, 96.4, 96.0},
+      {"1x2048x128", 1, 2048, 128, BF, FWD, CF, 1, 4.8, 3.5},
+      {"1x2048x128", 1, 2048, 128, BF, BWD, CF, 1, 3.3, 2.7},
+      {"4x2048x2048", 4, 2048, 2048, BF, FWD, CF, 1, 76.0, 67.4},
+      {"4x2048x2048", 4, 2048, 2048, BF, BWD, CF, 1, 66.2, 56.2},
+      {"8x4096x4096", 8, 4096, 4096, BF, FWD, CF, 1, 94.1, 91.5},
+      {"8x4096x4096", 8, 4096, 4096, BF, BWD, CF, 1, 93.0, 85.0},
+      {"16x5120x2048", 16, 5120, 2048, BF, FWD, CF, 1, 92.9, 88.4},
+      {"16x5120x2048", 16, 5120, 2048, BF, BWD, CF, 1, 88.8, 77.0},
+      {"4x2048x2048CL", 4, 2048, 2048, F32, FWD, CL, 1, 78.2, 0},
+      {"4x2048x2048CL", 4, 2048, 2048, F32, BWD, CL, 1, 69.6, 0},
+      {"8x4096x4096CL", 8, 4096, 4096, F32, FWD, CL, 1, 86.6, 0},
+      {"8x4096x4096CL", 8, 4096, 4096, F32, BWD, CL, 1, 74.6, 0},
+      {"4x2048x2048CL", 4, 2048, 2048, BF, FWD, CL, 1, 68.9, 0},
+      {"4x2048x2048CL", 4, 2048, 2048, BF, BWD, CL, 1, 51.1, 0},
+      {"8x4096x4096CL", 8, 4096, 4096, BF, FWD, CL, 1, 84.7, 0},
+      {"8x4096x4096CL", 8, 4096, 4096, BF, BWD, CL, 1, 51.4, 0},
+      {"64x5120x1", 64, 5120, 1, F32, UPD, CF, 1, 33.2, 0},
+      {"64x5120x1", 64, 5120, 1, BF, UPD, CF, 1, 14.7, 0},
+      {"fused64-fp32", 1, 2048, 128, F32, FWD, CF, 64, 0, 0},
+      {"fused64-fp32", 1, 2048, 128, F32, BWD, CF, 64, 0, 0},
+      {"fused64-bf16", 1, 2048, 128, BF, FWD, CF, 64, 0, 0},
+      {"fused64-bf16", 1, 2048, 128, BF, BWD, CF, 64, 0, 0},
+  };
+
+  if (out_path.empty()) {
+    char date[16];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    out_path = "bench/results/kernels-" + tag + "-" + date + ".csv";
+  }
+  FILE* csv = std::fopen(out_path.c_str(), "w");
+  if (!csv) {
+    std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
+    return 1;
+  }
+  std::fprintf(csv, "case,dtype,op,median_us,gbps,pct_of_copy\n");
+  std::printf("device %s, copy ceiling %.0f GB/s (1 GiB D2D, %.1f us)\n", prop.name, copy_gbps, copy_us);
+  std::printf("%-16s %-5s %-7s %10s %8s %7s %9s\n", "case", "dtype", "op", "median_us", "GB/s",
+              "%copy", "upstream%");
+  for (const Case& c : cases) {
+    Conv1dProblem p;
+    p.op = c.op;
+    p.x_type = p.weight_type = c.type;
+    p.grad_weight_type = ScalarType::kF32;
+    p.dim = c.D;
+    p.width = 4;
+    p.activation = KernelActivation::kSiLU;
+    p.layout = c.layout;
+    p.has_bias = true;
+    const int64_t es = c.type == F32 ? 4 : 2;
+    const int64_t n = c.B * c.D * c.L * c.nseg;
+    int64_t bytes = 0;
+    if (c.op == FWD) bytes = 2 * n * es;
+    else if (c.op == BWD) bytes = 3 * n * es;
+    else bytes = (2 * n + 2 * c.B * c.D * 3 * c.nseg) * es;
+    // Rotate through enough copies that the set exceeds L2 several times.
+    const int copies = static_cast<int>(std::min<int64_t>(16, std::max<int64_t>(1, (int64_t{400} << 20) / std::max<int64_t>(bytes, 1))));
+    std::vector<Instance> inst;
+    for (int i = 0; i < copies; ++i) inst.push_back(MakeInstance(p, c, 1000 * i + 7));
+    const int iters = quick ? 20 : (bytes > (int64_t{256} << 20) ? 30 : 200);
+    const double us = TimeIt(
+        [&](int i) {
+          const Instance& in = inst[i % copies];
+          CHECK(Conv1dRun(p, in.plan, in.dtable, in.ws, in.plan.workspace_bytes, nullptr));
+        },
+        5, iters);
+    CHECK(hipDeviceSynchronize());
+    const double gbps = bytes / (us * 1e3);
+    const double pct = 100.0 * gbps / copy_gbps;
+    const char* dt = c.type == F32 ? "fp32" : "bf16";
+    const char* op = c.op == FWD ? "fwd" : c.op == BWD ? "bwd" : "update";
+    std::fprintf(csv, "%s,%s,%s,%.2f,%.1f,%.1f\n", c.name.c_str(), dt, op, us, gbps, pct);
+    const double up = h200 ? c.upstream_h200 : c.upstream_h100;
+    char upbuf[16] = "-";
+    if (up > 0) std::snprintf(upbuf, sizeof upbuf, "%.1f", up);
+    std::printf("%-16s %-5s %-7s %10.2f %8.1f %7.1f %9s\n", c.name.c_str(), dt, op, us, gbps, pct, upbuf);
+    std::fflush(stdout);
+    for (auto& in : inst) {
+      for (void* b : in.bufs) CHECK(hipFree(b));
+    }
+  }
+  std::fclose(csv);
+  std::printf("wrote %s\n", out_path.c_str());
+  return 0;
+}

@@ -1,0 +1,139 @@
+// Device-side helpers shared by the conv1d kernel sources: the by-value
+// kernel parameter block, segment lookup over the ragged segment table, and
+// fixed-order (deterministic) team reductions.
+//
+// Used by kernels/*.hip only. Device functions and plain structs; no state.
+#ifndef CONV1D_KERNELS_CONV1D_DEVICE_H_
+#define CONV1D_KERNELS_CONV1D_DEVICE_H_
+
+#include <cstdint>
+
+#include "kernels/conv1d_internal.h"
+#include "kernels/conv1d_params.h"
+#include "kernels/dtype_convert.h"
+#include "kernels/gpu_compat.h"
+
+namespace conv1d::kernels::dev {
+
+// Everything a kernel needs besides its template arguments, passed by value.
+struct KParams {
+  const Conv1dSegment* segs;
+  int32_t nseg;
+  int32_t width;
+  int64_t total_tiles;
+  int64_t dim;
+  int32_t wtype;   // ScalarType of weight/bias
+  int32_t gwtype;  // ScalarType of dweight/dbias
+  int32_t layout;  // KernelLayout
+  bool silu;
+  bool has_bias;
+  bool has_init;
+  bool ret_final;
+  bool has_dfinal;
+  bool ret_dinit;
+  float* partials;     // workspace: dweight/dbias partials
+  uint32_t* counters;  // workspace: arrival counters (zero between runs)
+  float* gbuf;         // workspace: g (general backward path)
+};
+
+inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                          const Conv1dSegment* segs, void* ws) {
+  KParams k{};
+  k.segs = segs;
+  k.nseg = plan.num_segments;
+  k.width = p.width;
+  k.total_tiles = plan.total_tiles;
+  k.dim = p.dim;
+  k.wtype = static_cast<int32_t>(p.weight_type);
+  k.gwtype = static_cast<int32_t>(p.grad_weight_type);
+  k.layout = static_cast<int32_t>(p.layout);
+  k.silu = p.activation == KernelActivation::kSiLU;
+  k.has_bias = p.has_bias;
+  k.has_init = p.has_initial_states;
+  k.ret_final = p.return_final_states;
+  k.has_dfinal = p.has_dfinal_states;
+  k.ret_dinit = p.return_dinitial_states;
+  k.counters = static_cast<uint32_t*>(ws);
+  k.partials = reinterpret_cast<float*>(static_cast<char*>(ws) + plan.counter_bytes);
+  k.gbuf = k.partials;
+  return k;
+}
+
+inline unsigned GridFor(int64_t blocks) {
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks < detail::kMaxGridBlocks ? blocks : detail::kMaxGridBlocks);
+}
+
+// Index of the segment that owns `tile`: the last one whose tile_begin is
+// <= tile (segments owning no tile share their successor's begin).
+__device__ __forceinline__ int find_segment(const Conv1dSegment* segs, int n, int64_t tile) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (segs[mid].tile_begin <= tile) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Butterfly sum over a 32-lane team; every lane gets the same, order-fixed
+// result.
+__device__ __forceinline__ float team_sum(float v) {
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) v += gpu_shfl_xor(v, m, detail::kTeam);
+  return v;
+}
+
+// Reads a value another block wrote during this launch (bypasses the
+// non-coherent L1 on NVIDIA).
+__device__ __forceinline__ float load_coherent(const float* p) {
+  return *reinterpret_cast<const volatile float*>(p);
+}
+
+__device__ __forceinline__ float act_fwd(float z, bool silu) { return silu ? silu_f(z) : z; }
+
+
+// x̃ at position q of row `row` for q < L: x when q >= 0, else the initial
+// state (zeros when absent). Used for halos that fall outside the team.
+template <class T>
+__device__ __forceinline__ float x_tilde_cf(const KParams& p, const Conv1dSegment& seg,
+                                            const typename T::S* xrow, int64_t row,
+                                            int64_t q, int W) {
+  if (q >= 0) return T::to_f(xrow[q]);
+  if (!p.has_init) return 0.0f;
+  const auto* init = static_cast<const typename T::S*>(seg.initial_states);
+  return T::to_f(init[row * (W - 1) + (W - 1) + q]);
+}
+
+// Channel-first team halo: hist[i] = x̃ at position pos + i - (W-1) for the
+// lane's vector j (elements pos .. pos+N-1 in xv[j]). Taken from the lanes
+// to the left (the previous vector of the team wraps to lane 31), or from
+// memory at the chunk's left edge. Every lane of the team must call it.
+template <class T, int N, int W>
+__device__ __forceinline__ void cf_history(const KParams& p, const Conv1dSegment& seg,
+                                           const typename T::S* xrow, int64_t row,
+                                           const float (&cur)[N], const float (&prev)[N],
+                                           bool have_prev, int lane, int64_t pos,
+                                           float (&hist)[W > 1 ? W - 1 : 1]) {
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) {
+    const int off = i - (W - 1);         // -(W-1) .. -1
+    const int s = (-off + N - 1) / N;    // vectors back
+    const int e = off + s * N;           // element within that vector
+    const int src = (lane - s) & (detail::kTeam - 1);
+    const float a = gpu_shfl(cur[e], src, detail::kTeam);
+    const float b = gpu_shfl(prev[e], src, detail::kTeam);
+    float v;
+    if (lane >= s) {
+      v = a;
+    } else if (have_prev) {
+      v = b;
+    } else {
+      v = x_tilde_cf<T>(p, seg, xrow, row, pos + off, W);
+    }
+    hist[i] = v;
+  }
+}
+
+}  // namespace conv1d::kernels::dev
+
+#endif  // CONV1D_KERNELS_CONV1D_DEVICE_H_

@@ -1,0 +1,181 @@
+// Host side of the conv1d kernel API (conv1d_kernels.h): argument checks,
+// planning of the ragged segment table (tiles, workspace layout, vector-path
+// legality per segment) and the dispatch to the kernel families.
+#include <cstdint>
+
+#include "kernels/conv1d_internal.h"
+#include "kernels/conv1d_kernels.h"
+
+namespace conv1d::kernels {
+namespace {
+
+using namespace detail;
+
+bool ValidType(ScalarType t) {
+  return t == ScalarType::kF32 || t == ScalarType::kF16 || t == ScalarType::kBF16;
+}
+
+bool Aligned(const void* ptr, int64_t bytes) {
+  return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes)) == 0;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int32_t ChoosePath(const Conv1dProblem& p) {
+  if (p.op == KernelOp::kUpdate) return kPathUpdate;
+  if (!FastWidth(p.width)) return kPathGeneral;
+  return p.layout == KernelLayout::kChannelFirst ? kPathFastChannelFirst : kPathFastChannelLast;
+}
+
+}  // namespace
+
+hipError_t Conv1dCanImplement(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {
+  if (segs == nullptr || n < 1) return hipErrorInvalidValue;
+  if (!ValidType(p.x_type) || !ValidType(p.weight_type) || !ValidType(p.grad_weight_type)) {
+    return hipErrorInvalidValue;
+  }
+  if (p.weight_type != ScalarType::kF32 && p.weight_type != p.x_type) return hipErrorInvalidValue;
+  if (p.op == KernelOp::kBackward && p.grad_weight_type != ScalarType::kF32 &&
+      p.grad_weight_type != p.weight_type) {
+    return hipErrorInvalidValue;
+  }
+  if (p.dim < 1 || p.width < 1 || p.width > kMaxKernelWidth) return hipErrorInvalidValue;
+  if (p.op != KernelOp::kForward && p.op != KernelOp::kBackward && p.op != KernelOp::kUpdate) {
+    return hipErrorInvalidValue;
+  }
+  if (p.layout != KernelLayout::kChannelFirst && p.layout != KernelLayout::kChannelLast) {
+    return hipErrorInvalidValue;
+  }
+  const bool states = p.width > 1;  // W = 1 has no state slots
+  for (int32_t i = 0; i < n; ++i) {
+    const Conv1dSegment& s = segs[i];
+    if (s.batch < 1 || s.seqlen < 1 || !s.x || !s.weight) return hipErrorInvalidValue;
+    if (p.has_bias && !s.bias) return hipErrorInvalidValue;
+    switch (p.op) {
+      case KernelOp::kForward:
+        if (!s.y) return hipErrorInvalidValue;
+        if (states && p.has_initial_states && !s.initial_states) return hipErrorInvalidValue;
+        if (states && p.return_final_states && !s.final_states) return hipErrorInvalidValue;
+        break;
+      case KernelOp::kBackward:
+        if (!s.dout || !s.dx || !s.dweight) return hipErrorInvalidValue;
+        if (p.has_bias && !s.dbias) return hipErrorInvalidValue;
+        if (states && p.has_initial_states && !s.initial_states) return hipErrorInvalidValue;
+        if (states && p.has_dfinal_states && !s.dfinal_states) return hipErrorInvalidValue;
+        if (states && p.return_dinitial_states && !s.dinitial_states) return hipErrorInvalidValue;
+        break;
+      case KernelOp::kUpdate:
+        if (!s.y || !s.conv_state_out || s.state_len < p.width - 1) return hipErrorInvalidValue;
+        if (s.state_len > 0 && !s.conv_state) return hipErrorInvalidValue;
+        break;
+    }
+  }
+  return hipSuccess;
+}
+
+hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Conv1dPlanInfo* plan) {
+  if (plan == nullptr) return hipErrorInvalidValue;
+  const hipError_t ok = Conv1dCanImplement(p, segs, n);
+  if (ok != hipSuccess) return ok;
+  const int32_t path = ChoosePath(p);
+  const bool bwd = p.op == KernelOp::kBackward;
+  const int64_t esize = ElemBytes(p.x_type);
+  const int64_t D = p.dim;
+  const int64_t W = p.width;
+  int64_t tiles = 0, counters = 0, floats = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    Conv1dSegment& s = segs[i];
+    const int64_t B = s.batch, L = s.seqlen;
+    s.tile_begin = tiles;
+    s.ws_counter_offset = counters;
+    s.ws_partial_offset = floats;
+    s.ws_grad_offset = floats;
+    s.vec = 0;
+    s.per_lane = 1;
+    s.nchunks = 1;
+    if (path == kPathFastChannelFirst) {
+      const int64_t ne = 16 / esize;
+      const bool vec = L % ne == 0 && Aligned(s.x, 16) &&
+                       (bwd ? Aligned(s.dout, 16) && Aligned(s.dx, 16) : Aligned(s.y, 16));
+      const int64_t n_el = vec ? ne : 1;
+      const int64_t nvec = CeilDiv(L, n_el);
+      const int64_t v = CeilDiv(nvec, kTeam) < kMaxPerLane ? CeilDiv(nvec, kTeam) : kMaxPerLane;
+      s.vec = vec;
+      s.per_lane = static_cast<int32_t>(v);
+      s.nchunks = CeilDiv(L, kTeam * v * n_el);
+      tiles += B * D * s.nchunks;
+      if (bwd) {
+        counters += D;
+        floats += D * B * s.nchunks * (W + 1);
+      }
+    } else if (path == kPathFastChannelLast) {
+      constexpr int64_t kN = 4;
+      const int64_t vb = kN * esize;
+      const bool vec = D % kN == 0 && Aligned(s.x, vb) &&
+                       (bwd ? Aligned(s.dout, vb) && Aligned(s.dx, vb) : Aligned(s.y, vb));
+      const int64_t nD = vec ? D / kN : D;
+      const int64_t ndb = CeilDiv(nD, kClCols);
+      const int64_t steps = bwd ? kClStepsBwd : kClStepsFwd;
+      s.vec = vec;
+      s.nchunks = CeilDiv(L, kClRows * steps);
+      tiles += B * s.nchunks * ndb;
+      if (bwd) {
+        counters += ndb;
+        floats += D * B * s.nchunks * (W + 1);
+      }
+    } else if (path == kPathGeneral) {
+      tiles += CeilDiv(B * D * (L + W - 1), kGenBlock);
+      if (bwd) floats += B * D * L;
+    } else {  // update
+      tiles += CeilDiv(B * D, kGenBlock);
+    }
+  }
+  plan->path = path;
+  plan->num_segments = n;
+  plan->total_tiles = tiles;
+  plan->counter_bytes = counters > 0 ? CeilDiv(counters * 4, 256) * 256 : 0;
+  plan->workspace_bytes = plan->counter_bytes + floats * 4;
+  return hipSuccess;
+}
+
+hipError_t Conv1dRun(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                     const Conv1dSegment* device_segments, void* workspace,
+                     int64_t workspace_bytes, hipStream_t stream) {
+  if (device_segments == nullptr || plan.num_segments < 1 || plan.path != ChoosePath(p)) {
+    return hipErrorInvalidValue;
+  }
+  if (plan.workspace_bytes > 0 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes ||
+                                   !Aligned(workspace, 256))) {
+    return hipErrorInvalidValue;
+  }
+  if (plan.total_tiles == 0) return hipSuccess;
+  const bool bwd = p.op == KernelOp::kBackward;
+  int32_t err = hipSuccess;
+  switch (plan.path) {
+    case kPathFastChannelFirst:
+      err = bwd ? LaunchBwdChannelFirst(p, plan, device_segments, workspace, stream)
+                : LaunchFwdChannelFirst(p, plan, device_segments, workspace, stream);
+      break;
+    case kPathFastChannelLast:
+      err = bwd ? LaunchBwdChannelLast(p, plan, device_segments, workspace, stream)
+                : LaunchFwdChannelLast(p, plan, device_segments, workspace, stream);
+      break;
+    case kPathGeneral:
+      err = LaunchGeneral(p, plan, device_segments, workspace, stream);
+      break;
+    case kPathUpdate:
+      err = LaunchUpdate(p, plan, device_segments, workspace, stream);
+      break;
+    default:
+      return hipErrorInvalidValue;
+  }
+  return static_cast<hipError_t>(err);
+}
+
+hipError_t Conv1dZeroWorkspace(void* workspace, int64_t workspace_bytes, hipStream_t stream) {
+  if (workspace_bytes <= 0) return hipSuccess;
+  if (workspace == nullptr) return hipErrorInvalidValue;
+  return hipMemsetAsync(workspace, 0, static_cast<size_t>(workspace_bytes), stream);
+}
+
+}  // namespace conv1d::kernels

@@ -1,0 +1,60 @@
+// Internal to kernels/: the tiling constants shared by the host planner and
+// the kernels, and the per-op launcher entry points Conv1dRun dispatches to.
+// Not part of the public API (see conv1d_kernels.h). Constants only and
+// function declarations; no state.
+#ifndef CONV1D_KERNELS_CONV1D_INTERNAL_H_
+#define CONV1D_KERNELS_CONV1D_INTERNAL_H_
+
+#include <cstdint>
+
+#include "kernels/conv1d_params.h"
+
+namespace conv1d::kernels::detail {
+
+enum Path : int32_t {
+  kPathFastChannelFirst = 1,
+  kPathFastChannelLast = 2,
+  kPathGeneral = 3,
+  kPathUpdate = 4,
+};
+
+// Channel-first fast path: a team of 32 lanes (half a wavefront on wave64
+// hardware) owns one chunk of one row; each lane holds `per_lane` vectors of
+// 16 bytes (or single elements on the scalar path).
+inline constexpr int kTeam = 32;
+inline constexpr int kTeamsPerBlock = 8;
+inline constexpr int kMaxPerLane = 4;
+
+// Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
+// threads; each thread streams kClSteps* time steps of its channel vector.
+inline constexpr int kClCols = 32;
+inline constexpr int kClRows = 8;
+inline constexpr int kClStepsFwd = 16;
+inline constexpr int kClStepsBwd = 8;
+
+// General path and update: one thread per element (per row for update).
+inline constexpr int kGenBlock = 256;
+
+inline constexpr int64_t kMaxGridBlocks = int64_t{1} << 22;
+
+inline int ElemBytes(ScalarType t) { return t == ScalarType::kF32 ? 4 : 2; }
+inline bool FastWidth(int32_t w) { return w >= 2 && w <= 4; }
+
+// Launchers (one per kernel family); return the launch's error code.
+using Stream = void*;  // hipStream_t / cudaStream_t, both pointer types
+int32_t LaunchFwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                              const Conv1dSegment* segs, void* ws, Stream s);
+int32_t LaunchFwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                             const Conv1dSegment* segs, void* ws, Stream s);
+int32_t LaunchBwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                              const Conv1dSegment* segs, void* ws, Stream s);
+int32_t LaunchBwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                             const Conv1dSegment* segs, void* ws, Stream s);
+int32_t LaunchGeneral(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                      const Conv1dSegment* segs, void* ws, Stream s);
+int32_t LaunchUpdate(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                     const Conv1dSegment* segs, void* ws, Stream s);
+
+}  // namespace conv1d::kernels::detail
+
+#endif  // CONV1D_KERNELS_CONV1D_INTERNAL_H_

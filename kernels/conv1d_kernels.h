@@ -1,0 +1,62 @@
+// Host API of the fused ragged-batch causal depthwise conv1d kernels
+// (forward, backward, decode update), CUTLASS-style:
+//
+//   1. Conv1dCanImplement(problem, segments, n)  -> hipSuccess or
+//      hipErrorInvalidValue (argument check, no device work);
+//   2. Conv1dPlan(problem, segments, n, &plan)   -> fills the scheduling
+//      fields of the *host* segment table and the plan (tile count,
+//      workspace_bytes); pure host code, deterministic, device-independent;
+//   3. copy the planned table to device memory (the server packs it with the
+//      inputs into one H2D copy);
+//   4. Conv1dRun(problem, plan, device_segments, workspace, stream)
+//      -> enqueues the kernels on `stream` and returns the runtime's error
+//      code of the launch (hipSuccess, or why it failed). Never throws.
+//
+// Workspace: `plan.workspace_bytes` of device memory, 256-byte aligned. Its
+// first `plan.counter_bytes` are arrival counters that must be zero before a
+// run; every run leaves them zero again, so zero a workspace buffer once when
+// it is allocated (Conv1dZeroWorkspace) and reuse it. One workspace must not
+// be used by two runs at the same time (use one per stream).
+//
+// Determinism: dweight/dbias are reduced in a fixed order (per-row partials
+// in the workspace, summed per segment in a fixed order by the last tile to
+// arrive), so results are bitwise reproducible run to run.
+//
+// Thread-safety: every function is reentrant; Conv1dRun only reads `plan`
+// and the problem, and touches device memory through the stream.
+#ifndef CONV1D_KERNELS_CONV1D_KERNELS_H_
+#define CONV1D_KERNELS_CONV1D_KERNELS_H_
+
+#include <cstdint>
+
+#include "kernels/conv1d_params.h"
+#include "kernels/gpu_compat.h"
+
+namespace conv1d::kernels {
+
+// Checks the problem and every segment: dtype pairs (weight kF32 or x_type;
+// grad weight kF32 or weight_type), 1 <= W <= 64, D >= 1, B, L >= 1,
+// state_len >= W-1 for update, and that every tensor the op reads or writes
+// is non-null. Alignment is not required: misaligned segments take a scalar
+// path.
+hipError_t Conv1dCanImplement(const Conv1dProblem& problem,
+                              const Conv1dSegment* host_segments, int32_t num_segments);
+
+// Plans the launch: writes the scheduling fields of `host_segments` and
+// `*plan`. Calls Conv1dCanImplement first and returns its error.
+hipError_t Conv1dPlan(const Conv1dProblem& problem, Conv1dSegment* host_segments,
+                      int32_t num_segments, Conv1dPlanInfo* plan);
+
+// Enqueues the launch. `device_segments` holds the planned table (same
+// contents as the host copy given to Conv1dPlan). `workspace` may be null
+// when plan.workspace_bytes is 0.
+hipError_t Conv1dRun(const Conv1dProblem& problem, const Conv1dPlanInfo& plan,
+                     const Conv1dSegment* device_segments, void* workspace,
+                     int64_t workspace_bytes, hipStream_t stream);
+
+// Zeroes a workspace buffer (once, after allocating it).
+hipError_t Conv1dZeroWorkspace(void* workspace, int64_t workspace_bytes, hipStream_t stream);
+
+}  // namespace conv1d::kernels
+
+#endif  // CONV1D_KERNELS_CONV1D_KERNELS_H_

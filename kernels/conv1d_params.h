@@ -1,0 +1,103 @@
+// Plain-data description of one fused conv1d launch: the shared problem
+// (what every segment of the launch has in common) and the per-segment table
+// (one entry per request: its pointers, B, L, K).
+//
+// Used by the kernel launchers (kernels/) and by the GPU backend, which packs
+// the segment table into its pinned staging buffer next to the inputs and
+// copies both to the device in one transfer. No GPU, gRPC or server headers:
+// host code may include this anywhere. Plain values; no synchronisation.
+//
+// Math (DESIGN §1): x̃ is x preceded by initial_states (zeros if absent),
+//   y[b,d,t] = act(bias[d] + Σ_{k<W} weight[d,k] · x̃[b,d,t-(W-1)+k]).
+// Activations are [B,D,L] (channel-first) or [B,L,D] (channel-last); weight
+// [D,W]; bias [D]; every state tensor is [B,D,K] in both layouts.
+#ifndef CONV1D_KERNELS_CONV1D_PARAMS_H_
+#define CONV1D_KERNELS_CONV1D_PARAMS_H_
+
+#include <cstdint>
+
+namespace conv1d::kernels {
+
+// Numbering matches conv1d::DType (server/core/dtype.h).
+enum class ScalarType : int32_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum class KernelOp : int32_t { kForward = 0, kBackward = 1, kUpdate = 2 };
+enum class KernelLayout : int32_t { kChannelFirst = 0, kChannelLast = 1 };
+enum class KernelActivation : int32_t { kNone = 0, kSiLU = 1 };
+
+inline constexpr int32_t kMaxKernelWidth = 64;
+
+// What all segments of one launch share (the server's batch key).
+struct Conv1dProblem {
+  KernelOp op = KernelOp::kForward;
+  ScalarType x_type = ScalarType::kF32;  // x, y, dout, dx and every state tensor
+  // weight and bias: kF32 or x_type.
+  ScalarType weight_type = ScalarType::kF32;
+  // dweight and dbias (backward): kF32 or weight_type. Accumulation is fp32
+  // either way.
+  ScalarType grad_weight_type = ScalarType::kF32;
+  int64_t dim = 0;    // D, any positive value (no 65535 limit)
+  int32_t width = 0;  // W in [1, 64]; 2..4 take the fast path
+  KernelActivation activation = KernelActivation::kNone;
+  KernelLayout layout = KernelLayout::kChannelFirst;
+  bool has_bias = false;
+  bool has_initial_states = false;      // forward, backward
+  bool return_final_states = false;     // forward
+  bool has_dfinal_states = false;       // backward
+  bool return_dinitial_states = false;  // backward
+};
+
+// One request of a fused launch. All pointers are device addresses; members
+// an op does not use (see below) are ignored and may be null. Tensors are
+// dense and row-major in the shapes given, B = batch, L = seqlen:
+//   forward : x, weight, [bias], [initial_states] -> y, [final_states]
+//   backward: x, dout, weight, [bias], [initial_states], [dfinal_states]
+//             -> dx, dweight, [dbias], [dinitial_states]
+//   update  : x [B,D,S] (or [B,S,D] channel-last; S = seqlen new tokens),
+//             conv_state [B,D,K], weight, [bias] -> y (shaped as x),
+//             conv_state_out [B,D,K]. K = state_len >= W-1. Not circular: the
+//             new state is the last K columns of concat(conv_state, x), and
+//             conv_state_out may equal conv_state (updated in place).
+// dweight [D,W] and dbias [D] are this request's own gradients (reduced over
+// its B and L only, never across segments).
+struct Conv1dSegment {
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  const void* initial_states = nullptr;
+  const void* dout = nullptr;
+  const void* dfinal_states = nullptr;
+  const void* conv_state = nullptr;
+  void* y = nullptr;
+  void* final_states = nullptr;
+  void* dx = nullptr;
+  void* dweight = nullptr;
+  void* dbias = nullptr;
+  void* dinitial_states = nullptr;
+  void* conv_state_out = nullptr;
+  int64_t batch = 0;      // B >= 1
+  int64_t seqlen = 0;     // L >= 1 (S for update)
+  int64_t state_len = 0;  // update only: K >= W-1
+
+  // Scheduling fields, written by Conv1dPlan() on the host copy of the
+  // table; copy the planned table to the device unchanged.
+  int64_t tile_begin = 0;         // first work tile of this segment
+  int64_t ws_partial_offset = 0;  // float index of its dweight partials
+  int64_t ws_counter_offset = 0;  // uint32 index of its arrival counters
+  int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
+  int64_t nchunks = 0;            // chunks per row (layout-specific)
+  int32_t vec = 0;                // 1: 16-byte vector path is legal
+  int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
+};
+
+// Result of Conv1dPlan(); pass it unchanged to Conv1dRun().
+struct Conv1dPlanInfo {
+  int32_t path = 0;  // internal: which kernel family runs
+  int32_t num_segments = 0;
+  int64_t total_tiles = 0;
+  int64_t counter_bytes = 0;    // leading part of the workspace (uint32 counters)
+  int64_t workspace_bytes = 0;  // total workspace the run needs (may be 0)
+};
+
+}  // namespace conv1d::kernels
+
+#endif  // CONV1D_KERNELS_CONV1D_PARAMS_H_

@@ -1,0 +1,137 @@
+// Device-side element types of the conv1d kernels: fp32, fp16 and bf16 as
+// storage formats with explicit conversions to and from fp32 (all arithmetic
+// is fp32), plus 16-byte vector loads/stores of them.
+//
+// Used by the kernel sources in kernels/ only. bf16 is plain 16-bit storage
+// (fp32 = bits << 16; round to nearest even back, NaN kept quiet), so neither
+// cuda_bf16.h nor hip_bf16.h is needed. Pure device functions; no state.
+#ifndef CONV1D_KERNELS_DTYPE_CONVERT_H_
+#define CONV1D_KERNELS_DTYPE_CONVERT_H_
+
+#include <cstdint>
+
+#include "kernels/gpu_compat.h"
+
+namespace conv1d::kernels::dev {
+
+__device__ __forceinline__ float bf16_to_float(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+__device__ __forceinline__ uint16_t float_to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ __forceinline__ float f16_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ uint16_t float_to_f16(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
+
+// Element type tags: storage type, conversions, elements per 16 bytes.
+struct F32 {
+  using S = float;
+  static constexpr int kId = 0;
+  __device__ __forceinline__ static float to_f(S v) { return v; }
+  __device__ __forceinline__ static S from_f(float f) { return f; }
+};
+struct F16 {
+  using S = uint16_t;
+  static constexpr int kId = 1;
+  __device__ __forceinline__ static float to_f(S v) { return f16_to_float(v); }
+  __device__ __forceinline__ static S from_f(float f) { return float_to_f16(f); }
+};
+struct BF16 {
+  using S = uint16_t;
+  static constexpr int kId = 2;
+  __device__ __forceinline__ static float to_f(S v) { return bf16_to_float(v); }
+  __device__ __forceinline__ static S from_f(float f) { return float_to_bf16(f); }
+};
+
+template <class T>
+inline constexpr int kVecElts = 16 / static_cast<int>(sizeof(typename T::S));
+
+// Raw (unconverted) loads/stores of N elements: one access when they fill 16
+// or 8 bytes (the caller guarantees alignment), element-wise otherwise.
+template <class T, int N>
+__device__ __forceinline__ void load_raw(const typename T::S* p, typename T::S (&out)[N]) {
+  using S = typename T::S;
+  if constexpr (N * sizeof(S) == 16) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    __builtin_memcpy(out, &u, 16);
+  } else if constexpr (N * sizeof(S) == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    __builtin_memcpy(out, &u, 8);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = p[i];
+  }
+}
+
+template <class T, int N>
+__device__ __forceinline__ void store_raw(typename T::S* p, const typename T::S (&in)[N]) {
+  using S = typename T::S;
+  if constexpr (N * sizeof(S) == 16) {
+    uint4 u;
+    __builtin_memcpy(&u, in, 16);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else if constexpr (N * sizeof(S) == 8) {
+    uint2 u;
+    __builtin_memcpy(&u, in, 8);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) p[i] = in[i];
+  }
+}
+
+// Converting loads/stores of N elements (vector accesses as load_raw).
+template <class T, int N>
+__device__ __forceinline__ void load_f(const typename T::S* p, float (&out)[N]) {
+  typename T::S s[N];
+  load_raw<T, N>(p, s);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = T::to_f(s[i]);
+}
+
+template <class T, int N>
+__device__ __forceinline__ void store_f(typename T::S* p, const float (&in)[N]) {
+  typename T::S s[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) s[i] = T::from_f(in[i]);
+  store_raw<T, N>(p, s);
+}
+
+// Runtime-typed scalar access for small tensors (weights, bias, states,
+// dweight): the dtype is uniform across a launch, so the switch costs a
+// predictable branch.
+__device__ __forceinline__ float load_any(const void* p, int64_t i, int type) {
+  if (type == 0) return static_cast<const float*>(p)[i];
+  const uint16_t v = static_cast<const uint16_t*>(p)[i];
+  return type == 1 ? f16_to_float(v) : bf16_to_float(v);
+}
+
+__device__ __forceinline__ void store_any(void* p, int64_t i, int type, float f) {
+  if (type == 0) {
+    static_cast<float*>(p)[i] = f;
+  } else {
+    static_cast<uint16_t*>(p)[i] = type == 1 ? float_to_f16(f) : float_to_bf16(f);
+  }
+}
+
+__device__ __forceinline__ float silu_f(float z) { return z / (1.0f + __expf(-z)); }
+
+// d silu(z) / dz = s (1 + z (1 - s)), s = sigmoid(z).
+__device__ __forceinline__ float silu_grad_f(float z) {
+  const float s = 1.0f / (1.0f + __expf(-z));
+  return s * (1.0f + z * (1.0f - s));
+}
+
+}  // namespace conv1d::kernels::dev
+
+#endif  // CONV1D_KERNELS_DTYPE_CONVERT_H_

@@ -1,0 +1,411 @@
+// GPU kernel tests: every op against the float64 reference over dtype
+// pairs, layouts, widths and odd lengths; ragged fused launches against
+// separate calls; misaligned pointers; tensors past 2^31 elements;
+// bitwise-deterministic dweight. Skips itself without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "server/core/dtype.h"
+#include "tests/gpu/gpu_harness.h"
+#include "tests/gpu/reference.h"
+
+namespace conv1d::testing {
+namespace {
+
+using kernels::KernelActivation;
+using kernels::KernelLayout;
+using kernels::KernelOp;
+
+#define REQUIRE_DEVICE() \
+  if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
+
+struct Pair {
+  ScalarType x, w;
+};
+const Pair kPairs[] = {{ScalarType::kF32, ScalarType::kF32},
+                       {ScalarType::kF16, ScalarType::kF16},
+                       {ScalarType::kBF16, ScalarType::kBF16},
+                       {ScalarType::kF16, ScalarType::kF32},
+                       {ScalarType::kBF16, ScalarType::kF32}};
+
+RefShape ShapeOf(const Conv1dProblem& p, const SegmentData& s) {
+  RefShape r;
+  r.batch = s.batch;
+  r.dim = p.dim;
+  r.seqlen = s.seqlen;
+  r.width = p.width;
+  r.channel_last = p.layout == KernelLayout::kChannelLast;
+  r.silu = p.activation == KernelActivation::kSiLU;
+  r.has_bias = p.has_bias;
+  r.has_init = p.has_initial_states;
+  r.has_dfinal = p.has_dfinal_states;
+  return r;
+}
+
+// Checks every output of every segment against the reference.
+std::string CheckAll(const Conv1dProblem& p, const std::vector<SegmentData>& segs) {
+  const double tol = Tolerance(p.x_type);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const SegmentData& s = segs[i];
+    const RefShape r = ShapeOf(p, s);
+    const std::string tag = "segment " + std::to_string(i) + " ";
+    std::string err;
+    if (p.op == KernelOp::kForward) {
+      std::vector<double> y, fin;
+      RefForward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(), &y, &fin);
+      err = Compare(tag + "y", s.y, y, tol);
+      if (err.empty() && p.return_final_states) err = Compare(tag + "final", s.final_states, fin, tol);
+    } else if (p.op == KernelOp::kBackward) {
+      std::vector<double> dx, dw, db, dinit;
+      RefBackward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(),
+                  s.dout.Values(), s.dfinal.Values(), &dx, &dw, &db, &dinit);
+      const double gtol = std::max(Tolerance(p.grad_weight_type), 1e-4);
+      err = Compare(tag + "dx", s.dx, dx, tol);
+      if (err.empty()) err = Compare(tag + "dweight", s.dweight, dw, gtol);
+      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, db, gtol);
+      if (err.empty() && p.return_dinitial_states) err = Compare(tag + "dinit", s.dinit, dinit, tol);
+    } else {
+      std::vector<double> y, st;
+      RefUpdate(r, s.state_len, s.x.Values(), s.state.Values(), s.weight.Values(), s.bias.Values(),
+                &y, &st);
+      err = Compare(tag + "y", s.y, y, tol);
+      if (err.empty()) err = Compare(tag + "state", s.state_out, st, tol);
+    }
+    if (!err.empty()) return err;
+  }
+  return "";
+}
+
+std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& segs) {
+  std::string s = "op=" + std::to_string(static_cast<int>(p.op)) +
+                  " x=" + std::to_string(static_cast<int>(p.x_type)) +
+                  " w=" + std::to_string(static_cast<int>(p.weight_type)) +
+                  " gw=" + std::to_string(static_cast<int>(p.grad_weight_type)) +
+                  " D=" + std::to_string(p.dim) + " W=" + std::to_string(p.width) +
+                  (p.layout == KernelLayout::kChannelLast ? " CL" : " CF") +
+                  (p.activation == KernelActivation::kSiLU ? " silu" : "") +
+                  (p.has_bias ? " bias" : "") + (p.has_initial_states ? " init" : "") +
+                  (p.return_final_states ? " final" : "") + (p.has_dfinal_states ? " dfinal" : "") +
+                  (p.return_dinitial_states ? " dinit" : "");
+  for (const auto& g : segs) s += " [B=" + std::to_string(g.batch) + " L=" + std::to_string(g.seqlen) + "]";
+  return s;
+}
+
+Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, int W, uint32_t bits) {
+  Conv1dProblem p;
+  p.op = op;
+  p.x_type = pr.x;
+  p.weight_type = pr.w;
+  p.grad_weight_type = (bits & 32) ? pr.w : ScalarType::kF32;
+  p.dim = D;
+  p.width = W;
+  p.layout = layout;
+  p.activation = (bits & 1) ? KernelActivation::kSiLU : KernelActivation::kNone;
+  p.has_bias = bits & 2;
+  p.has_initial_states = bits & 4;
+  p.return_final_states = op == KernelOp::kForward && (bits & 8);
+  p.has_dfinal_states = op == KernelOp::kBackward && (bits & 8);
+  p.return_dinitial_states = op == KernelOp::kBackward && (bits & 16);
+  return p;
+}
+
+void SweepOp(KernelOp op) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int widths[] = {2, 3, 4, 7, 33};
+  const int64_t lengths[] = {1, 3, 129};
+  uint32_t n = 0;
+  for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+    for (const Pair& pr : kPairs) {
+      for (int W : widths) {
+        for (int64_t L : lengths) {
+          ++n;
+          const int64_t D = (n % 2) ? 8 : 5;
+          // Cycle the optional features so every one is on and off often.
+          const uint32_t bits = (n * 0x9e37u) >> 3 ^ n;
+          const Conv1dProblem p = MakeProblem(op, pr, layout, D, W, bits);
+          std::vector<SegmentData> segs(1);
+          segs[0].batch = 2;
+          segs[0].seqlen = L;
+          MakeInputs(p, &segs[0], rng);
+          const std::string err = RunFused(p, &segs);
+          ASSERT_EQ(err, "") << Describe(p, segs);
+          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+        }
+      }
+    }
+  }
+}
+
+TEST(Conv1dGpu, ForwardSweep) {
+  REQUIRE_DEVICE();
+  SweepOp(KernelOp::kForward);
+}
+
+TEST(Conv1dGpu, BackwardSweep) {
+  REQUIRE_DEVICE();
+  SweepOp(KernelOp::kBackward);
+}
+
+TEST(Conv1dGpu, LongRows) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+      for (Pair pr : {kPairs[0], kPairs[2]}) {
+        for (int W : {4, 33}) {
+          const Conv1dProblem p = MakeProblem(op, pr, layout, 3, W, 0x1f);
+          std::vector<SegmentData> segs(1);
+          segs[0].seqlen = 1000003;
+          MakeInputs(p, &segs[0], rng);
+          ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+        }
+      }
+    }
+  }
+}
+
+TEST(Conv1dGpu, Update) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  uint32_t n = 0;
+  for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+    for (const Pair& pr : kPairs) {
+      for (int W : {2, 4, 7}) {
+        for (int64_t S : {1, 3}) {
+          for (int extra : {0, 3}) {
+            ++n;
+            const Conv1dProblem p = MakeProblem(KernelOp::kUpdate, pr, layout, 6, W, n * 7);
+            std::vector<SegmentData> segs(2);
+            for (int i = 0; i < 2; ++i) {
+              segs[i].batch = 1 + i * 2;
+              segs[i].seqlen = S;
+              segs[i].state_len = W - 1 + extra + i;
+              MakeInputs(p, &segs[i], rng);
+              if ((n + i) % 2) segs[i].state_out = HostTensor();  // in place
+            }
+            ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+            EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+          }
+        }
+      }
+    }
+  }
+}
+
+// 100 requests of random B, L and weights in one launch give the same bytes
+// as 100 separate launches, and match the reference.
+TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int64_t> bdist(1, 3), ldist(1, 300);
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+      for (Pair pr : {kPairs[0], kPairs[2]}) {
+        for (int W : {4, 5}) {
+          const Conv1dProblem p = MakeProblem(op, pr, layout, 16, W, 0x1f);
+          std::vector<SegmentData> segs(100);
+          for (auto& s : segs) {
+            s.batch = bdist(rng);
+            s.seqlen = ldist(rng) * (rng() % 10 == 0 ? 7 : 1);
+            MakeInputs(p, &s, rng);
+          }
+          std::vector<SegmentData> fused = segs;
+          ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, {});
+          ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, {});
+          for (size_t i = 0; i < segs.size(); ++i) {
+            std::vector<SegmentData> one{segs[i]};
+            ASSERT_EQ(RunFused(p, &one), "");
+            const SegmentData& a = fused[i];
+            const SegmentData& b = one[0];
+            EXPECT_EQ(a.y.bytes, b.y.bytes) << "segment " << i;
+            EXPECT_EQ(a.final_states.bytes, b.final_states.bytes) << "segment " << i;
+            EXPECT_EQ(a.dx.bytes, b.dx.bytes) << "segment " << i;
+            EXPECT_EQ(a.dweight.bytes, b.dweight.bytes) << "segment " << i;
+            EXPECT_EQ(a.dbias.bytes, b.dbias.bytes) << "segment " << i;
+            EXPECT_EQ(a.dinit.bytes, b.dinit.bytes) << "segment " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Conv1dGpu, MisalignedPointersTakeScalarPath) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+      for (Pair pr : {kPairs[0], kPairs[2]}) {
+        const Conv1dProblem p = MakeProblem(op, pr, layout, 16, 4, 0x1f);
+        std::vector<SegmentData> segs(2);
+        for (auto& s : segs) {
+          s.batch = 2;
+          s.seqlen = 256;
+          MakeInputs(p, &s, rng);
+        }
+        ASSERT_EQ(RunFused(p, &segs, /*misalign=*/true), "") << Describe(p, segs);
+        EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+      }
+    }
+  }
+}
+
+// dweight/dbias are bitwise equal across runs, and the workspace counters
+// reset themselves (repeated runs stay correct).
+TEST(Conv1dGpu, DweightDeterministic) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+    for (int W : {4, 9}) {
+      const Conv1dProblem p = MakeProblem(KernelOp::kBackward, kPairs[0], layout, 64, W, 0x1f);
+      std::vector<SegmentData> segs(3);
+      for (auto& s : segs) {
+        s.batch = 4;
+        s.seqlen = 4099;
+        MakeInputs(p, &s, rng);
+      }
+      std::vector<SegmentData> a = segs, b = segs;
+      ASSERT_EQ(RunFused(p, &a), "");
+      ASSERT_EQ(RunFused(p, &b, false, /*repeats=*/3), "");
+      EXPECT_EQ(CheckAll(p, b), "") << Describe(p, segs);
+      for (size_t i = 0; i < segs.size(); ++i) {
+        EXPECT_EQ(a[i].dweight.bytes, b[i].dweight.bytes) << "segment " << i;
+        EXPECT_EQ(a[i].dbias.bytes, b[i].dbias.bytes) << "segment " << i;
+      }
+    }
+  }
+}
+
+double HugeX(const void* ctx, int64_t b, int64_t d, int64_t t);
+
+struct HugeCtx {
+  const SegmentData* seg;
+  int64_t D, L;
+  bool cl;
+};
+
+double HugeX(const void* ctx, int64_t b, int64_t d, int64_t t) {
+  const auto* c = static_cast<const HugeCtx*>(ctx);
+  const int64_t i = c->cl ? (b * c->L + t) * c->D + d : (b * c->D + d) * c->L + t;
+  uint16_t h;
+  std::memcpy(&h, c->seg->x.bytes.data() + 2 * i, 2);
+  return BF16ToFloat(h);
+}
+
+// A bf16 forward over 2^31 + 2^20 elements in each layout: every output
+// written, spot checks across the whole tensor, including past 2^31.
+TEST(Conv1dGpu, TensorPast2To31Elements) {
+  REQUIRE_DEVICE();
+  for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
+    Conv1dProblem p = MakeProblem(KernelOp::kForward, kPairs[2], layout, 4, 4, 0x3);
+    std::vector<SegmentData> segs(1);
+    SegmentData& s = segs[0];
+    s.batch = 2;
+    s.seqlen = ((int64_t{1} << 31) + (int64_t{1} << 20)) / (2 * 4);
+    const int64_t n = s.batch * p.dim * s.seqlen;
+    std::mt19937_64 rng(std::random_device{}());
+    s.weight = RandomTensor(p.weight_type, p.dim * p.width, 0.5, rng);
+    s.bias = RandomTensor(p.weight_type, p.dim, 0.5, rng);
+    s.x.type = s.y.type = ScalarType::kBF16;
+    s.x.n = s.y.n = n;
+    s.x.bytes.resize(2 * n);
+    s.y.bytes.assign(2 * n, 0xff);
+    const uint64_t seed = rng();
+    std::vector<std::thread> th;
+    const int nt = 16;
+    for (int k = 0; k < nt; ++k) {
+      th.emplace_back([&, k] {
+        std::mt19937_64 r(seed + k);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (int64_t i = n * k / nt; i < n * (k + 1) / nt; ++i) {
+          const uint16_t h = FloatToBF16(u(r));
+          std::memcpy(s.x.bytes.data() + 2 * i, &h, 2);
+        }
+      });
+    }
+    for (auto& t : th) t.join();
+    ASSERT_EQ(RunFused(p, &segs), "");
+    const auto* yb = reinterpret_cast<const uint16_t*>(s.y.bytes.data());
+    int64_t unwritten = 0;
+    for (int64_t i = 0; i < n; ++i) unwritten += (yb[i] == 0xffff);
+    EXPECT_EQ(unwritten, 0);
+    const RefShape r = ShapeOf(p, s);
+    const HugeCtx ctx{&s, p.dim, s.seqlen, layout == KernelLayout::kChannelLast};
+    const std::vector<double> w = s.weight.Values(), bias = s.bias.Values();
+    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+    int bad = 0;
+    for (int k = 0; k < 200000; ++k) {
+      const int64_t i = k < 1000 ? n - 1 - k : pick(rng);
+      int64_t b, d, t;
+      if (ctx.cl) {
+        d = i % p.dim;
+        t = (i / p.dim) % s.seqlen;
+        b = i / (p.dim * s.seqlen);
+      } else {
+        t = i % s.seqlen;
+        d = (i / s.seqlen) % p.dim;
+        b = i / (p.dim * s.seqlen);
+      }
+      const double ref = RefForwardAt(r, w, bias, HugeX, &ctx, b, d, t);
+      const double got = BF16ToFloat(yb[i]);
+      if (!(std::fabs(got - ref) <= 1.6e-2 * (std::fabs(ref) + 0.5))) {
+        if (++bad < 5) ADD_FAILURE() << "y[" << i << "] = " << got << ", reference " << ref;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(Conv1dHost, CanImplementRejectsBadArguments) {
+  Conv1dProblem p;
+  p.dim = 8;
+  p.width = 4;
+  Conv1dSegment s;
+  int dummy = 0;
+  s.x = s.weight = &dummy;
+  s.y = &dummy;
+  s.batch = 1;
+  s.seqlen = 5;
+  EXPECT_EQ(kernels::Conv1dCanImplement(p, &s, 1), hipSuccess);
+  EXPECT_NE(kernels::Conv1dCanImplement(p, &s, 0), hipSuccess);
+  Conv1dProblem q = p;
+  q.width = 65;
+  EXPECT_NE(kernels::Conv1dCanImplement(q, &s, 1), hipSuccess);
+  q = p;
+  q.x_type = ScalarType::kF16;
+  q.weight_type = ScalarType::kBF16;
+  EXPECT_NE(kernels::Conv1dCanImplement(q, &s, 1), hipSuccess);
+  q = p;
+  q.has_bias = true;
+  EXPECT_NE(kernels::Conv1dCanImplement(q, &s, 1), hipSuccess);
+  Conv1dSegment t = s;
+  t.seqlen = 0;
+  EXPECT_NE(kernels::Conv1dCanImplement(p, &t, 1), hipSuccess);
+  q = p;
+  q.op = KernelOp::kUpdate;
+  t = s;
+  t.conv_state = t.conv_state_out = &dummy;
+  t.state_len = 2;
+  EXPECT_NE(kernels::Conv1dCanImplement(q, &t, 1), hipSuccess);
+  t.state_len = 3;
+  EXPECT_EQ(kernels::Conv1dCanImplement(q, &t, 1), hipSuccess);
+  // Planning is pure host work and sizes the workspace of a backward launch.
+  q = p;
+  q.op = KernelOp::kBackward;
+  t = s;
+  t.dout = t.dx = t.dweight = &dummy;
+  kernels::Conv1dPlanInfo plan;
+  ASSERT_EQ(kernels::Conv1dPlan(q, &t, 1, &plan), hipSuccess);
+  EXPECT_GT(plan.workspace_bytes, 0);
+  EXPECT_EQ(plan.counter_bytes % 256, 0);
+}
+
+}  // namespace
+}  // namespace conv1d::testing

@@ -1,0 +1,221 @@
+// See gpu_harness.h.
+#include "tests/gpu/gpu_harness.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "server/core/dtype.h"
+
+namespace conv1d::testing {
+namespace {
+
+using kernels::KernelLayout;
+using kernels::KernelOp;
+
+int64_t ElemSize(ScalarType t) { return t == ScalarType::kF32 ? 4 : 2; }
+
+double ToDouble(ScalarType t, const uint8_t* p) {
+  if (t == ScalarType::kF32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return t == ScalarType::kF16 ? HalfToFloat(h) : BF16ToFloat(h);
+}
+
+void FromFloat(ScalarType t, float f, uint8_t* p) {
+  if (t == ScalarType::kF32) {
+    std::memcpy(p, &f, 4);
+    return;
+  }
+  const uint16_t h = t == ScalarType::kF16 ? FloatToHalf(f) : FloatToBF16(f);
+  std::memcpy(p, &h, 2);
+}
+
+HostTensor Empty(ScalarType t, int64_t n) {
+  HostTensor h;
+  h.type = t;
+  h.n = n;
+  h.bytes.assign(static_cast<size_t>(n * ElemSize(t)), 0xff);
+  return h;
+}
+
+struct DeviceArena {
+  std::vector<void*> ptrs;
+  std::string err;
+  ~DeviceArena() {
+    for (void* p : ptrs) hipFree(p);
+  }
+  // `extra` bytes before the tensor let a caller misalign it.
+  uint8_t* Alloc(int64_t bytes, int64_t extra = 0) {
+    void* p = nullptr;
+    if (hipMalloc(&p, static_cast<size_t>(bytes + extra + 16)) != hipSuccess) {
+      err = "hipMalloc failed";
+      return nullptr;
+    }
+    ptrs.push_back(p);
+    return static_cast<uint8_t*>(p) + extra;
+  }
+  const void* Upload(const HostTensor& h, int64_t extra = 0) {
+    if (h.n == 0) return nullptr;
+    uint8_t* d = Alloc(static_cast<int64_t>(h.bytes.size()), extra);
+    if (d) hipMemcpy(d, h.bytes.data(), h.bytes.size(), hipMemcpyHostToDevice);
+    return d;
+  }
+  void* Poisoned(const HostTensor& h, int64_t extra = 0) {
+    if (h.n == 0) return nullptr;
+    uint8_t* d = Alloc(static_cast<int64_t>(h.bytes.size()), extra);
+    if (d) hipMemset(d, 0xff, h.bytes.size());
+    return d;
+  }
+};
+
+void Download(const void* d, HostTensor* h) {
+  if (d && h->n > 0) hipMemcpy(h->bytes.data(), d, h->bytes.size(), hipMemcpyDeviceToHost);
+}
+
+}  // namespace
+
+bool HaveDevice() {
+  int n = 0;
+  return hipGetDeviceCount(&n) == hipSuccess && n > 0;
+}
+
+std::vector<double> HostTensor::Values() const {
+  std::vector<double> v(static_cast<size_t>(n));
+  const int64_t es = ElemSize(type);
+  for (int64_t i = 0; i < n; ++i) v[i] = ToDouble(type, bytes.data() + i * es);
+  return v;
+}
+
+HostTensor RandomTensor(ScalarType type, int64_t n, double scale, std::mt19937_64& rng) {
+  HostTensor h = Empty(type, n);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t es = ElemSize(type);
+  for (int64_t i = 0; i < n; ++i) FromFloat(type, static_cast<float>(scale) * u(rng), h.bytes.data() + i * es);
+  return h;
+}
+
+void MakeInputs(const Conv1dProblem& p, SegmentData* s, std::mt19937_64& rng) {
+  const int64_t B = s->batch, D = p.dim, L = s->seqlen, W = p.width, K = W - 1;
+  const ScalarType xt = p.x_type, wt = p.weight_type;
+  s->x = RandomTensor(xt, B * D * L, 1.0, rng);
+  s->weight = RandomTensor(wt, D * W, 0.5, rng);
+  if (p.has_bias) s->bias = RandomTensor(wt, D, 0.5, rng);
+  switch (p.op) {
+    case KernelOp::kForward:
+      if (p.has_initial_states) s->init = RandomTensor(xt, B * D * K, 1.0, rng);
+      s->y = Empty(xt, B * D * L);
+      if (p.return_final_states) s->final_states = Empty(xt, B * D * K);
+      break;
+    case KernelOp::kBackward:
+      if (p.has_initial_states) s->init = RandomTensor(xt, B * D * K, 1.0, rng);
+      s->dout = RandomTensor(xt, B * D * L, 1.0, rng);
+      if (p.has_dfinal_states) s->dfinal = RandomTensor(xt, B * D * K, 1.0, rng);
+      s->dx = Empty(xt, B * D * L);
+      s->dweight = Empty(p.grad_weight_type, D * W);
+      if (p.has_bias) s->dbias = Empty(p.grad_weight_type, D);
+      if (p.return_dinitial_states) s->dinit = Empty(xt, B * D * K);
+      break;
+    case KernelOp::kUpdate:
+      s->state = RandomTensor(xt, B * D * s->state_len, 1.0, rng);
+      s->y = Empty(xt, B * D * L);
+      s->state_out = Empty(xt, B * D * s->state_len);
+      break;
+  }
+}
+
+std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, bool misalign,
+                     int repeats) {
+  DeviceArena arena;
+  const int64_t off = misalign ? ElemSize(p.x_type) : 0;
+  std::vector<Conv1dSegment> table(segs->size());
+  for (size_t i = 0; i < segs->size(); ++i) {
+    SegmentData& s = (*segs)[i];
+    Conv1dSegment& t = table[i];
+    t.batch = s.batch;
+    t.seqlen = s.seqlen;
+    t.state_len = s.state_len;
+    t.x = arena.Upload(s.x, off);
+    t.weight = arena.Upload(s.weight);
+    t.bias = arena.Upload(s.bias);
+    t.initial_states = arena.Upload(s.init);
+    t.dout = arena.Upload(s.dout, off);
+    t.dfinal_states = arena.Upload(s.dfinal);
+    t.conv_state = arena.Upload(s.state);
+    t.y = arena.Poisoned(s.y, off);
+    t.final_states = arena.Poisoned(s.final_states);
+    t.dx = arena.Poisoned(s.dx, off);
+    t.dweight = arena.Poisoned(s.dweight);
+    t.dbias = arena.Poisoned(s.dbias);
+    t.dinitial_states = arena.Poisoned(s.dinit);
+    // state_out == nullptr-sized means in place: the test marks that by an
+    // empty state_out tensor with state data present.
+    t.conv_state_out = s.state_out.n > 0 ? arena.Poisoned(s.state_out) : const_cast<void*>(t.conv_state);
+  }
+  if (!arena.err.empty()) return arena.err;
+  kernels::Conv1dPlanInfo plan;
+  hipError_t e = kernels::Conv1dPlan(p, table.data(), static_cast<int32_t>(table.size()), &plan);
+  if (e != hipSuccess) return std::string("plan: ") + hipGetErrorString(e);
+  auto* dtable = reinterpret_cast<Conv1dSegment*>(arena.Alloc(static_cast<int64_t>(table.size() * sizeof(Conv1dSegment))));
+  void* ws = plan.workspace_bytes > 0 ? arena.Alloc(plan.workspace_bytes) : nullptr;
+  if (!arena.err.empty()) return arena.err;
+  hipMemcpy(dtable, table.data(), table.size() * sizeof(Conv1dSegment), hipMemcpyHostToDevice);
+  e = kernels::Conv1dZeroWorkspace(ws, plan.workspace_bytes, nullptr);
+  for (int r = 0; r < repeats && e == hipSuccess; ++r) {
+    e = kernels::Conv1dRun(p, plan, dtable, ws, plan.workspace_bytes, nullptr);
+  }
+  if (e == hipSuccess) e = hipDeviceSynchronize();
+  if (e != hipSuccess) return std::string("run: ") + hipGetErrorString(e);
+  for (size_t i = 0; i < segs->size(); ++i) {
+    SegmentData& s = (*segs)[i];
+    const Conv1dSegment& t = table[i];
+    Download(t.y, &s.y);
+    Download(t.final_states, &s.final_states);
+    Download(t.dx, &s.dx);
+    Download(t.dweight, &s.dweight);
+    Download(t.dbias, &s.dbias);
+    Download(t.dinitial_states, &s.dinit);
+    if (s.state_out.n > 0) {
+      Download(t.conv_state_out, &s.state_out);
+    } else if (s.state.n > 0) {
+      s.state_out = s.state;
+      Download(t.conv_state_out, &s.state_out);
+    }
+  }
+  e = hipGetLastError();
+  return e == hipSuccess ? "" : std::string("copy: ") + hipGetErrorString(e);
+}
+
+std::string Compare(const std::string& what, const HostTensor& got, const std::vector<double>& ref,
+                    double tol) {
+  if (static_cast<size_t>(got.n) != ref.size()) return what + ": size mismatch";
+  const std::vector<double> g = got.Values();
+  double ss = 0.0;
+  for (double r : ref) ss += r * r;
+  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / static_cast<double>(ref.size()));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(g[i] - ref[i]);
+    if (!std::isfinite(g[i]) || !(err <= tol * (std::fabs(ref[i]) + rms) + 1e-30)) {
+      std::ostringstream os;
+      os << what << "[" << i << "] = " << g[i] << ", reference " << ref[i] << " (tol " << tol
+         << ", rms " << rms << ")";
+      return os.str();
+    }
+  }
+  return "";
+}
+
+double Tolerance(ScalarType t) {
+  switch (t) {
+    case ScalarType::kF32: return 2e-5;
+    case ScalarType::kF16: return 2e-3;
+    case ScalarType::kBF16: return 1.6e-2;
+  }
+  return 0.0;
+}
+
+}  // namespace conv1d::testing
