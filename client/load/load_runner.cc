@@ -310,12 +310,12 @@ LoadRunner::Scrape LoadRunner::DoScrape() {
     std::fprintf(stderr, "conv1d_load: metrics scrape failed: %s\n", body.status().ToString().c_str());
     return s;
   }
-  const std::string& f = options_.metrics_filter;
+  const std::string& f = options_.requests_filter;
   s.ok = true;
-  s.queue_sum = SumMetric(*body, options_.queue_metric + "_sum", f);
-  s.queue_count = SumMetric(*body, options_.queue_metric + "_count", f);
-  s.compute_sum = SumMetric(*body, options_.compute_metric + "_sum", f);
-  s.compute_count = SumMetric(*body, options_.compute_metric + "_count", f);
+  s.queue_sum = SumMetric(*body, options_.queue_metric + "_sum");
+  s.queue_count = SumMetric(*body, options_.queue_metric + "_count");
+  s.compute_sum = SumMetric(*body, options_.compute_metric + "_sum");
+  s.compute_count = SumMetric(*body, options_.compute_metric + "_count");
   s.requests = SumMetric(*body, options_.requests_metric, f);
   return s;
 }

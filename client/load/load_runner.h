@@ -53,7 +53,7 @@ struct LoadOptions {
   std::string queue_metric = "conv1d_request_queue_seconds";
   std::string compute_metric = "conv1d_compute_seconds";
   std::string requests_metric = "conv1d_requests_total";
-  std::string metrics_filter;             // label substring for all three
+  std::string requests_filter;            // label substring, requests counter only
   uint64_t seed = 1;
 };
 

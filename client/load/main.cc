@@ -74,8 +74,8 @@ ABSL_FLAG(std::string, queue_metric, "conv1d_request_queue_seconds",
 ABSL_FLAG(std::string, compute_metric, "conv1d_compute_seconds",
           "Histogram of server compute time (its _sum/_count are used).");
 ABSL_FLAG(std::string, requests_metric, "conv1d_requests_total", "Counter of server requests.");
-ABSL_FLAG(std::string, metrics_filter, "",
-          "Only samples whose label text contains this substring, e.g. 'method=\"Forward\"'.");
+ABSL_FLAG(std::string, requests_filter, "",
+          "Count only --requests_metric samples whose labels contain this, e.g. method=\"Forward\".");
 ABSL_FLAG(bool, allow_errors, false, "Exit 0 even when requests failed (wrong answers still fail).");
 ABSL_FLAG(bool, progress, true, "Live progress line (only when stdout is a terminal).");
 
@@ -162,7 +162,7 @@ int Main() {
   o.queue_metric = absl::GetFlag(FLAGS_queue_metric);
   o.compute_metric = absl::GetFlag(FLAGS_compute_metric);
   o.requests_metric = absl::GetFlag(FLAGS_requests_metric);
-  o.metrics_filter = absl::GetFlag(FLAGS_metrics_filter);
+  o.requests_filter = absl::GetFlag(FLAGS_requests_filter);
   o.progress = absl::GetFlag(FLAGS_progress) && isatty(STDOUT_FILENO);
 
   ClientOptions co;

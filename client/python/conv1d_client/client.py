@@ -1,0 +1,177 @@
+"""Client: typed calls of conv1d.v1 with deadlines and retries."""
+
+import collections
+import random
+import time
+
+import grpc
+import numpy as np
+
+from conv1d_client._stubs import health_pb2, health_pb2_grpc, pb, pb_grpc
+from conv1d_client.tensors import from_tensor, to_tensor
+
+ForwardResult = collections.namedtuple("ForwardResult", ["y", "final_states"])
+BackwardResult = collections.namedtuple(
+    "BackwardResult", ["dx", "dweight", "dbias", "dinitial_states"])
+UpdateResult = collections.namedtuple("UpdateResult", ["y", "conv_state"])
+
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
+_LAYOUTS = {"cf": pb.LAYOUT_CHANNEL_FIRST, "cl": pb.LAYOUT_CHANNEL_LAST}
+_ACTIVATIONS = {"none": pb.ACTIVATION_NONE, "silu": pb.ACTIVATION_SILU}
+
+
+class Client:
+    """A connection to one conv1d_server.
+
+    Arrays are [B, D, L] (layout="cf") or [B, L, D] (layout="cl"); weight is
+    [D, W], bias [D], states [B, D, W-1]. Weights are sent inline unless
+    ``weights_name`` names a set registered with ``register_weights``.
+    Calls retry UNAVAILABLE / RESOURCE_EXHAUSTED with exponential backoff and
+    jitter (the server's grpc-retry-pushback-ms trailer wins) within one
+    deadline of ``timeout_s``. Thread-safe, as grpc channels are.
+    """
+
+    def __init__(self, target="localhost:50051", timeout_s=60.0,
+                 max_attempts=4, max_message_bytes=1 << 30):
+        opts = [("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes)]
+        self._channel = grpc.insecure_channel(target, options=opts)
+        self._stub = pb_grpc.Conv1dStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, timeout_s=None):
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        backoff = 0.02
+        for attempt in range(1, self.max_attempts + 1):
+            left = deadline - time.monotonic()
+            try:
+                return method(request, timeout=max(left, 0.001))
+            except grpc.RpcError as e:
+                if e.code() not in _RETRYABLE or attempt == self.max_attempts:
+                    raise
+                delay = backoff * random.uniform(0.8, 1.2)
+                for key, value in (e.trailing_metadata() or ()):
+                    if key == "grpc-retry-pushback-ms":
+                        try:
+                            ms = int(value)
+                        except ValueError:
+                            ms = -1
+                        if ms < 0:
+                            raise
+                        delay = ms / 1000.0
+                if time.monotonic() + delay >= deadline:
+                    raise
+                time.sleep(delay)
+                backoff = min(backoff * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _weights(req, weight, bias, weights_name, weight_dtype):
+        if weights_name:
+            req.weights_name = weights_name
+            return
+        if weight is None:
+            raise ValueError("pass weight (and bias) or weights_name")
+        req.inline_weights.weight.CopyFrom(to_tensor(weight, weight_dtype))
+        if bias is not None:
+            req.inline_weights.bias.CopyFrom(to_tensor(bias, weight_dtype))
+
+    def forward(self, x, weight=None, bias=None, *, weights_name=None,
+                activation="silu", layout="cf", initial_states=None,
+                return_final_states=False, dtype=None, weight_dtype=None,
+                timeout_s=None):
+        req = pb.ForwardRequest(layout=_LAYOUTS[layout],
+                                activation=_ACTIVATIONS[activation],
+                                return_final_states=return_final_states)
+        req.x.CopyFrom(to_tensor(x, dtype))
+        self._weights(req, weight, bias, weights_name, weight_dtype)
+        if initial_states is not None:
+            req.initial_states.CopyFrom(to_tensor(initial_states, dtype))
+        r = self._call(self._stub.Forward, req, timeout_s)
+        return ForwardResult(from_tensor(r.y), from_tensor(r.final_states))
+
+    def backward(self, x, dout, weight=None, bias=None, *, weights_name=None,
+                 activation="silu", layout="cf", initial_states=None,
+                 dfinal_states=None, return_dinitial_states=False,
+                 grad_weight_fp32=False, dtype=None, weight_dtype=None,
+                 timeout_s=None):
+        req = pb.BackwardRequest(layout=_LAYOUTS[layout],
+                                 activation=_ACTIVATIONS[activation],
+                                 return_dinitial_states=return_dinitial_states,
+                                 grad_weight_fp32=grad_weight_fp32)
+        req.x.CopyFrom(to_tensor(x, dtype))
+        req.dout.CopyFrom(to_tensor(dout, dtype))
+        self._weights(req, weight, bias, weights_name, weight_dtype)
+        if initial_states is not None:
+            req.initial_states.CopyFrom(to_tensor(initial_states, dtype))
+        if dfinal_states is not None:
+            req.dfinal_states.CopyFrom(to_tensor(dfinal_states, dtype))
+        r = self._call(self._stub.Backward, req, timeout_s)
+        return BackwardResult(from_tensor(r.dx), from_tensor(r.dweight),
+                              from_tensor(r.dbias), from_tensor(r.dinitial_states))
+
+    def update(self, x, conv_state, weight=None, bias=None, *, weights_name=None,
+               activation="silu", layout="cf", dtype=None, weight_dtype=None,
+               timeout_s=None):
+        req = pb.UpdateRequest(layout=_LAYOUTS[layout],
+                               activation=_ACTIVATIONS[activation])
+        req.x.CopyFrom(to_tensor(x, dtype))
+        req.conv_state.CopyFrom(to_tensor(conv_state, dtype))
+        self._weights(req, weight, bias, weights_name, weight_dtype)
+        r = self._call(self._stub.Update, req, timeout_s)
+        return UpdateResult(from_tensor(r.y), from_tensor(r.conv_state))
+
+    def register_weights(self, name, weight, bias=None, *, replace=False, dtype=None):
+        req = pb.RegisterWeightsRequest(name=name, replace=replace)
+        req.weight.CopyFrom(to_tensor(weight, dtype))
+        if bias is not None:
+            req.bias.CopyFrom(to_tensor(bias, dtype))
+        return self._call(self._stub.RegisterWeights, req).info
+
+    def unregister_weights(self, name):
+        self._call(self._stub.UnregisterWeights, pb.UnregisterWeightsRequest(name=name))
+
+    def list_weights(self):
+        return list(self._call(self._stub.ListWeights, pb.ListWeightsRequest()).weights)
+
+    def server_info(self):
+        return self._call(self._stub.ServerInfo, pb.ServerInfoRequest())
+
+    def health(self, service=""):
+        """'SERVING', 'NOT_SERVING', ... as reported by grpc.health.v1."""
+        r = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+
+
+def reference_forward(x, weight, bias=None, initial_states=None, silu=True):
+    """float64 NumPy reference of the forward pass, channel-first [B, D, L].
+
+    Returns (y, final_states) as float64.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64)
+    bsz, dim, seqlen = x.shape
+    width = w.shape[1]
+    if initial_states is None:
+        pre = np.zeros((bsz, dim, width - 1))
+    else:
+        pre = np.asarray(initial_states, dtype=np.float64)
+    xt = np.concatenate([pre, x], axis=2)
+    z = np.zeros((bsz, dim, seqlen))
+    for k in range(width):
+        z += w[None, :, k:k + 1] * xt[:, :, k:k + seqlen]
+    if bias is not None:
+        z += np.asarray(bias, dtype=np.float64)[None, :, None]
+    y = z / (1.0 + np.exp(-z)) if silu else z
+    return y, xt[:, :, xt.shape[2] - (width - 1):]

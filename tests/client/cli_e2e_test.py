@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""conv1d_client against live servers.
+
+usage: cli_e2e_test.py SERVER CLIENT
+Checks: health exits 0 when SERVING; forward/backward/update --verify exit 0
+against the cpu backend and 1 against the echo backend (wrong answers);
+registered weights; .npy in and out against a NumPy float64 reference.
+"""
+import os
+import sys
+import unittest
+
+import numpy as np
+
+from e2e_util import Server, run, tmpdir
+
+SERVER, CLIENT = sys.argv[1:3]
+
+
+class CliAgainstCpu(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(SERVER, CLIENT, "--backend=cpu")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+
+    def cli(self, *args):
+        return run([CLIENT, f"--target={self.srv.target}", *args])
+
+    def test_health_and_info(self):
+        r = self.cli("health")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("SERVING", r.stdout)
+        r = self.cli("info")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("cpu", r.stdout)
+
+    def test_ops_verify(self):
+        for args in (["forward", "--shape=2x64x100", "--initial_states", "--final_states"],
+                     ["forward", "--shape=1x32x33", "--dtype=bf16", "--layout=cl", "--width=3"],
+                     ["backward", "--shape=2x16x50", "--initial_states", "--dinitial_states",
+                      "--dfinal_states"],
+                     ["backward", "--shape=1x16x40", "--dtype=fp16", "--weight_dtype=fp32",
+                      "--grad_fp32"],
+                     ["update", "--shape=3x48x2", "--state_len=5", "--activation=none"]):
+            r = self.cli("--verify", "--seed=7", *args)
+            self.assertEqual(r.returncode, 0, args)
+            self.assertIn("verify           OK", r.stdout)
+
+    def test_registered_weights(self):
+        common = ["--weights_name=cli_test_w", "--shape=1x40x10", "--seed=3"]
+        self.assertEqual(self.cli("register", "--replace", *common).returncode, 0)
+        r = self.cli("list")
+        self.assertIn("cli_test_w", r.stdout)
+        self.assertEqual(self.cli("forward", "--verify", *common).returncode, 0)
+        # Different local weights: the check must notice.
+        r = self.cli("forward", "--verify", "--weights_name=cli_test_w", "--shape=1x40x10",
+                     "--seed=4")
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(self.cli("unregister", "--weights_name=cli_test_w").returncode, 0)
+        self.assertNotIn("cli_test_w", self.cli("list").stdout)
+        self.assertEqual(self.cli("forward", *common).returncode, 2)  # NOT_FOUND
+
+    def test_npy_in_and_out(self):
+        d = tmpdir()
+        rng = np.random.default_rng(5)
+        x = rng.uniform(-1, 1, (2, 24, 37)).astype(np.float32)
+        w = rng.uniform(-0.5, 0.5, (24, 4)).astype(np.float32)
+        b = rng.uniform(-0.5, 0.5, 24).astype(np.float32)
+        for name, a in (("x", x), ("w", w), ("b", b)):
+            np.save(os.path.join(d, name + ".npy"), a)
+        prefix = os.path.join(d, "out_")
+        r = self.cli("forward", f"--x_file={d}/x.npy", f"--weight_file={d}/w.npy",
+                     f"--bias_file={d}/b.npy", "--final_states", f"--out_prefix={prefix}")
+        self.assertEqual(r.returncode, 0)
+        y = np.load(prefix + "y.npy")
+        self.assertEqual(y.dtype, np.float32)
+        xp = np.concatenate([np.zeros((2, 24, 3)), x.astype(np.float64)], axis=2)
+        z = sum(w[None, :, k:k + 1].astype(np.float64) * xp[:, :, k:k + 37] for k in range(4))
+        z += b[None, :, None]
+        ref = z / (1 + np.exp(-z))
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.load(prefix + "final_states.npy"), x[:, :, -3:])
+        # bf16 as uint16 bits both ways.
+        xb = (x.view(np.uint32) >> 16).astype(np.uint16)
+        np.save(os.path.join(d, "xb.npy"), xb)
+        r = self.cli("forward", "--dtype=bf16", f"--x_file={d}/xb.npy", "--verify",
+                     f"--out_prefix={prefix}b_")
+        self.assertEqual(r.returncode, 0)
+        yb = np.load(prefix + "b_y.npy")
+        self.assertEqual((yb.dtype, yb.shape), (np.uint16, x.shape))
+
+
+class CliAgainstEcho(unittest.TestCase):
+    def test_verify_fails_on_wrong_answers(self):
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            r = run([CLIENT, f"--target={srv.target}", "forward", "--verify",
+                     "--shape=1x16x20"])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("wrong answer", r.stderr)
+
+    def test_health_fails_without_server(self):
+        r = run([CLIENT, "--target=127.0.0.1:1", "--timeout_s=1", "health"])
+        self.assertNotEqual(r.returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

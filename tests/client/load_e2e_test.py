@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""conv1d_load against a live conv1d_server --backend=echo.
+
+usage: load_e2e_test.py SERVER CLIENT LOAD
+Checks: request counts equal the server's own count, percentiles are ordered,
+JSON and CSV parse and agree, open loop holds its rate, and an overloaded
+server's RESOURCE_EXHAUSTED answers are reported by code with exit status 1.
+"""
+import csv
+import json
+import os
+import sys
+import unittest
+
+from e2e_util import Server, run, tmpdir
+
+SERVER, CLIENT, LOAD = sys.argv[1:4]
+FORWARD = 'method="Forward"'
+
+
+class LoadAgainstEcho(unittest.TestCase):
+    def check_step(self, s):
+        self.assertGreater(s["requests"], 0)
+        self.assertEqual(s["errors"], 0, s)
+        self.assertEqual(s["errors_by_code"], {})
+        p = [s["p50_us"], s["p90_us"], s["p95_us"], s["p99_us"], s["p999_us"], s["max_us"]]
+        self.assertGreater(p[0], 0)
+        self.assertEqual(p, sorted(p), s)
+        self.assertGreater(s["throughput_rps"], 0)
+        self.assertGreater(s["gbps"], 0)
+
+    def test_closed_loop_counts_match_server(self):
+        d = tmpdir()
+        js, cs = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            before = srv.metric("conv1d_requests_total", FORWARD)
+            r = run([LOAD, f"--target={srv.target}", "--concurrency=1:8:8", "--shape=1x256x64",
+                     "--duration_s=0.4", "--warmup_s=0.2", "--max_trials=4", "--stable_windows=2",
+                     "--stability_pct=50", f"--json={js}", f"--csv={cs}",
+                     f"--metrics_url={srv.metrics_url}", f"--requests_filter={FORWARD}"])
+            self.assertEqual(r.returncode, 0)
+            after = srv.metric("conv1d_requests_total", FORWARD)
+        with open(js) as f:
+            rep = json.load(f)
+        steps = rep["steps"]
+        self.assertEqual([s["concurrency"] for s in steps], [1, 8])
+        for s in steps:
+            self.check_step(s)
+            self.assertEqual(s["sent_total"], s["completed_total"])
+            self.assertGreaterEqual(s["completed_total"], s["requests"])
+            self.assertGreaterEqual(s["windows"], 2)
+            self.assertIn("server_queue_mean_us", s)
+        total = sum(s["completed_total"] for s in steps)
+        self.assertEqual(rep["total_requests"], total)
+        # The server counted exactly the requests the load generator sent.
+        self.assertEqual(after - before, total)
+        self.assertEqual(rep["server_requests_delta"], total)
+        with open(cs) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), len(steps))
+        for row, s in zip(rows, steps):
+            self.assertEqual(row["mode"], "concurrency")
+            self.assertEqual(int(row["requests"]), s["requests"])
+            self.assertAlmostEqual(float(row["p99_us"]), s["p99_us"], delta=1e-3 * s["p99_us"])
+            self.assertEqual(int(row["sent_total"]), s["sent_total"])
+
+    def test_open_loop_holds_rate(self):
+        d = tmpdir()
+        js = os.path.join(d, "r.json")
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--rate=200", "--arrival=poisson",
+                     "--preset=decode-fwd", "--duration_s=0.5", "--warmup_s=0.2",
+                     "--max_trials=3", "--stable_windows=3", f"--json={js}"])
+            self.assertEqual(r.returncode, 0)
+        with open(js) as f:
+            rep = json.load(f)
+        (s,) = rep["steps"]
+        self.assertEqual(s["rate"], 200)
+        self.check_step(s)
+        self.assertIn("late_sends", s)
+        self.assertGreater(s["throughput_rps"], 120)
+        self.assertLess(s["throughput_rps"], 300)
+
+    def test_overload_reports_resource_exhausted(self):
+        d = tmpdir()
+        js = os.path.join(d, "r.json")
+        with Server(SERVER, CLIENT, "--backend=echo", "--max_queued_requests=1",
+                    "--max_queue_delay_us=20000", "--max_batch_requests=1024") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--concurrency=64", "--shape=1x64x16",
+                     "--duration_s=0.3", "--warmup_s=0.1", "--max_trials=2",
+                     "--stable_windows=2", f"--json={js}"])
+            self.assertEqual(r.returncode, 1)
+        with open(js) as f:
+            rep = json.load(f)
+        (s,) = rep["steps"]
+        self.assertGreater(s["errors_by_code"].get("RESOURCE_EXHAUSTED", 0), 0, s)
+        self.assertEqual(s["errors"], sum(s["errors_by_code"].values()))
+        self.assertGreater(rep["total_errors"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)

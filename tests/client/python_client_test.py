@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The Python conv1d_client package against a live conv1d_server --backend=cpu,
+checked against a NumPy float64 reference.
+
+usage: python_client_test.py SERVER CLIENT   (PYTHONPATH: stubs + package)
+"""
+import sys
+import unittest
+
+import numpy as np
+
+from conv1d_client import Client, bf16_to_float32, float32_to_bf16
+from conv1d_client.client import reference_forward
+from e2e_util import Server
+
+SERVER, CLIENT = sys.argv[1:3]
+
+
+class PythonClient(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(SERVER, CLIENT, "--backend=cpu")
+        cls.c = Client(cls.srv.target, timeout_s=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.close()
+        cls.srv.stop()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(11)
+
+    def data(self, b, d, l, w):
+        x = self.rng.uniform(-1, 1, (b, d, l)).astype(np.float32)
+        weight = self.rng.uniform(-0.6, 0.6, (d, w)).astype(np.float32)
+        bias = self.rng.uniform(-0.5, 0.5, d).astype(np.float32)
+        init = self.rng.uniform(-1, 1, (b, d, w - 1)).astype(np.float32)
+        return x, weight, bias, init
+
+    def test_health_and_info(self):
+        self.assertEqual(self.c.health(), "SERVING")
+        self.assertEqual(self.c.server_info().backend, "cpu")
+
+    def test_forward_fp32_matches_float64_reference(self):
+        x, w, b, init = self.data(3, 40, 129, 4)
+        y, final = self.c.forward(x, w, b, initial_states=init, return_final_states=True)
+        ref, ref_final = reference_forward(x, w, b, init)
+        self.assertEqual(y.dtype, np.float32)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(final, ref_final.astype(np.float32))
+
+    def test_forward_channel_last_no_activation(self):
+        x, w, b, _ = self.data(2, 24, 17, 3)
+        y, final = self.c.forward(np.ascontiguousarray(x.transpose(0, 2, 1)), w, None,
+                                  layout="cl", activation="none")
+        self.assertIsNone(final)
+        ref, _ = reference_forward(x, w, None, None, silu=False)
+        np.testing.assert_allclose(y.transpose(0, 2, 1), ref, rtol=1e-5, atol=1e-6)
+
+    def test_forward_fp16_and_bf16(self):
+        x, w, b, _ = self.data(1, 32, 64, 4)
+        y16, _ = self.c.forward(x.astype(np.float16), w.astype(np.float16), b.astype(np.float16))
+        ref, _ = reference_forward(x.astype(np.float16), w.astype(np.float16), b.astype(np.float16))
+        self.assertEqual(y16.dtype, np.float16)
+        np.testing.assert_allclose(y16.astype(np.float64), ref, rtol=4e-3, atol=4e-3)
+        xb, wb, bb = float32_to_bf16(x), float32_to_bf16(w), float32_to_bf16(b)
+        yb, _ = self.c.forward(xb, wb, bb)
+        self.assertEqual(yb.dtype, np.uint16)
+        ref, _ = reference_forward(bf16_to_float32(xb), bf16_to_float32(wb), bf16_to_float32(bb))
+        np.testing.assert_allclose(bf16_to_float32(yb), ref, rtol=2e-2, atol=2e-2)
+
+    def test_registered_weights_and_update(self):
+        x, w, b, _ = self.data(2, 16, 1, 4)
+        self.c.register_weights("py_test_w", w, b, replace=True)
+        self.assertIn("py_test_w", [i.name for i in self.c.list_weights()])
+        state = self.rng.uniform(-1, 1, (2, 16, 3)).astype(np.float32)
+        y, new_state = self.c.update(x, state, weights_name="py_test_w")
+        ref, ref_state = reference_forward(x, w, b, state)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(new_state, ref_state.astype(np.float32))
+        self.c.unregister_weights("py_test_w")
+        self.assertNotIn("py_test_w", [i.name for i in self.c.list_weights()])
+
+    def test_bf16_conversion_rounds_to_nearest_even(self):
+        v = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -2.5], dtype=np.float32)
+        bits = float32_to_bf16(v)
+        np.testing.assert_array_equal(bits, np.array([0x3F80, 0x3F80, 0x3F82, 0xC020], np.uint16))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
