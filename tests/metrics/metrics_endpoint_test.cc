@@ -2,10 +2,6 @@
 // 0, bind failures), `promtool check metrics` on a fully populated
 // exposition, and that every conv1d_ metric the dashboard and alert rules
 // query is one the server exports.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <regex>
@@ -16,12 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/metrics/prometheus_observer.h"
+#include "tests/metrics/child_process.h"
 #include "tests/metrics/exposition.h"
 
 namespace conv1d {
 namespace {
 
 using testing::Exposition;
+using testing::HttpGet;
 
 // Every hook at least once, with values that fill several buckets.
 void DriveAllHooks(PrometheusObserver* obs) {
@@ -54,28 +52,6 @@ void DriveAllHooks(PrometheusObserver* obs) {
   obs->OnPoolBytes("pinned", 0, 1LL << 28);
   obs->OnDeviceError(0, "illegal address");
   obs->OnServingChanged(true);
-}
-
-// GET http://127.0.0.1:port/path over a plain socket (HTTP/1.0, no gzip).
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string req = absl::StrCat("GET ", path,
-                                       " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  (void)!write(fd, req.data(), req.size());
-  std::string out;
-  char buf[8192];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-  close(fd);
-  return out;
 }
 
 std::string ReadFile(const std::string& path) {
