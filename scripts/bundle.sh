@@ -69,6 +69,8 @@ for exe in conv1d_server conv1d_client conv1d_load; do
     exit 1
   fi
   install -m 0755 "$path" "$root/bin/$exe"
+  # Debug info is most of a RelWithDebInfo binary; symbols stay for backtraces.
+  if command -v strip >/dev/null; then strip --strip-debug "$root/bin/$exe"; fi
   bins+=("$root/bin/$exe")
 done
 

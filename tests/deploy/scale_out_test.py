@@ -71,7 +71,9 @@ def load_totals(report):
     if not steps:
         steps = [report]
     req = sum(int(s.get("requests", 0)) for s in steps)
-    err = sum(int(s.get("errors", 0)) for s in steps)
+    err = sum(max(int(s.get("errors", 0)), int(s.get("errors_total", 0))) for s in steps)
+    if isinstance(report, dict):
+        err = max(err, int(report.get("total_errors", 0)))
     return req, err
 
 
@@ -102,8 +104,15 @@ def main():
         before = [request_counts(m) for m in metrics_ports]
 
         report_path = os.path.join(tmp, "load.json")
+        # Inline weights (registered sets live on one replica only); channels a
+        # multiple of the replicas, since calls rotate over channels and each
+        # channel is bound to one replica.
+        window_s = a.seconds / 3
         cmd = [a.load, f"--target={','.join(targets)}", f"--json={report_path}",
-               f"--duration_s={a.seconds}", "--concurrency=4", "--preset=decode-fwd"]
+               "--op=fwd", "--shape=1x512x64", "--concurrency=6",
+               f"--channels={2 * REPLICAS}", f"--warmup_s={window_s / 2}",
+               f"--duration_s={window_s}", "--stable_windows=2", "--max_trials=3",
+               "--progress=false"]
         print("running:", " ".join(cmd))
         run = subprocess.run(cmd, capture_output=True, text=True,
                              timeout=a.seconds * 10 + 60)
