@@ -140,9 +140,13 @@ TEST_P(Chunking, ForwardChunksEqualOneShot) {
 // Backward in reverse chunk order, dinitial_states feeding the previous
 // chunk's dfinal_states: dx matches, and the chunks' dweight/dbias sum to the
 // one-shot values (up to fp32 summation order).
-TEST_P(Chunking, BackwardChunksEqualOneShot) {
-  const auto [xt, width, layout] = GetParam();
-  if (xt != DType::kF32) GTEST_SKIP() << "sums of rounded chunk gradients differ by design";
+// fp32 only: with 16-bit outputs the chunks' rounded partial gradients differ
+// from the one-shot rounding by design.
+class BackwardChunking : public ::testing::TestWithParam<std::tuple<int, Layout>> {};
+
+TEST_P(BackwardChunking, ChunksEqualOneShot) {
+  const auto [width, layout] = GetParam();
+  const DType xt = DType::kF32;
   const int64_t B = 2, L = 300;
   const BatchKey key = Key(Op::kBackward, xt, width, layout, 5, true);
   ConvBuffers whole = MakeProblem(key, B, L, 0, 78);
@@ -190,6 +194,11 @@ TEST_P(Chunking, BackwardChunksEqualOneShot) {
   ASSERT_EQ(ds_whole.size(), ds_chunks.size());
   for (size_t i = 0; i < ds_whole.size(); ++i) EXPECT_NEAR(ds_chunks[i], ds_whole[i], 1e-5) << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(All, BackwardChunking,
+                         ::testing::Combine(::testing::Values(1, 3, 4, 9),
+                                            ::testing::Values(Layout::kChannelFirst,
+                                                              Layout::kChannelLast)));
 
 // Decode updates of 1, 3 and 1 tokens from a state of K >= W-1 entries equal
 // a forward over the whole sequence from the state's last W-1 entries, and
