@@ -31,7 +31,10 @@ struct WindowStats {
   double server_compute_sum_s = 0, server_compute_count = 0;
   double server_requests = 0;
 
-  double throughput_rps() const { return duration_s > 0 ? completed / duration_s : 0; }
+  // Successful requests per second (failures are counted, not throughput).
+  double throughput_rps() const {
+    return duration_s > 0 ? (completed - errors) / duration_s : 0;
+  }
   double gbps() const { return duration_s > 0 ? bytes / duration_s / 1e9 : 0; }
   void Merge(const WindowStats& other);
 };

@@ -11,6 +11,7 @@
 #include "client/load/stats.h"
 #include "client/npy.h"
 #include "client/retry.h"
+#include "client/verify.h"
 #include "client/workload.h"
 #include "gtest/gtest.h"
 
@@ -255,7 +256,7 @@ TEST(Stats, StabilityRuleAndMerge) {
   EXPECT_EQ(a.completed, 30);
   EXPECT_EQ(a.errors_by_code["UNAVAILABLE"], 3);
   EXPECT_EQ(a.latencies_us.size(), 3u);
-  EXPECT_DOUBLE_EQ(a.throughput_rps(), 10);
+  EXPECT_DOUBLE_EQ(a.throughput_rps(), 29.0 / 3);  // successes only
   EXPECT_DOUBLE_EQ(a.gbps(), 1);
 }
 
@@ -318,6 +319,48 @@ TEST(Report, JsonAndCsvCarryEveryStep) {
   const std::string c = ReportCsv(r);
   EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 3);
   EXPECT_NE(c.find("concurrency,8,100,2,RESOURCE_EXHAUSTED:2,"), std::string::npos);
+}
+
+// The --verify path: the CPU reference against an in-test float64 forward.
+TEST(Verify, ForwardReferenceAcceptsRightAndRejectsWrongAnswers) {
+  if (!ReferenceAvailable()) GTEST_SKIP() << "built without the CPU backend";
+  WorkloadSpec s;
+  s.batch = 2, s.dim = 5, s.seqlen = 9, s.width = 3;
+  s.initial_states = true;
+  s.return_final_states = true;
+  const WeightSet w = MakeWeights(s, 21);
+  const PreparedRequest p = BuildRequest(s, w, 22);
+  const std::vector<double> x = HostTensor::FromProto(p.forward->x())->ToDoubles();
+  const std::vector<double> init = HostTensor::FromProto(p.forward->initial_states())->ToDoubles();
+  const std::vector<double> wt = w.weight.ToDoubles(), bias = w.bias.ToDoubles();
+  std::vector<float> y(2 * 5 * 9), fin(2 * 5 * 2);
+  for (int b = 0; b < 2; ++b) {
+    for (int d = 0; d < 5; ++d) {
+      auto xt = [&](int t) {  // x preceded by the 2 initial states
+        return t < 2 ? init[(b * 5 + d) * 2 + t] : x[(b * 5 + d) * 9 + t - 2];
+      };
+      for (int t = 0; t < 9; ++t) {
+        double z = bias[d];
+        for (int k = 0; k < 3; ++k) z += wt[d * 3 + k] * xt(t + k);
+        y[(b * 5 + d) * 9 + t] = static_cast<float>(z / (1 + std::exp(-z)));
+      }
+      for (int k = 0; k < 2; ++k) fin[(b * 5 + d) * 2 + k] = static_cast<float>(xt(9 + k));
+    }
+  }
+  v1::ForwardResponse resp;
+  HostTensor::FromFloats(DType::kF32, {2, 5, 9}, y).ToProto(resp.mutable_y());
+  HostTensor::FromFloats(DType::kF32, {2, 5, 2}, fin).ToProto(resp.mutable_final_states());
+  absl::Status ok = VerifyResponse(*p.forward, resp, nullptr);
+  EXPECT_TRUE(ok.ok()) << ok;
+  y[17] += 0.05f;
+  HostTensor::FromFloats(DType::kF32, {2, 5, 9}, y).ToProto(resp.mutable_y());
+  absl::Status bad = VerifyResponse(*p.forward, resp, nullptr);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(bad.message().find("1 of 90"), absl::string_view::npos) << bad;
+  resp.clear_final_states();
+  y[17] -= 0.05f;
+  HostTensor::FromFloats(DType::kF32, {2, 5, 9}, y).ToProto(resp.mutable_y());
+  EXPECT_EQ(VerifyResponse(*p.forward, resp, nullptr).code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace
