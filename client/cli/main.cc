@@ -15,6 +15,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -320,6 +322,13 @@ int Run(const std::string& command) {
 }  // namespace conv1d
 
 int main(int argc, char** argv) {
+  // --help lists this tool's own flags (absl matches by file name otherwise).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/cli/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "conv1d_client [flags] <health|info|register|unregister|list|forward|backward|update>\n"
       "  health exits 0 only when SERVING; --verify exits 1 on a wrong answer;\n"

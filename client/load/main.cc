@@ -9,6 +9,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/load/load_runner.h"
 
@@ -207,6 +209,13 @@ int Main() {
 }  // namespace conv1d
 
 int main(int argc, char** argv) {
+  // --help lists this tool's own flags (absl matches by file name otherwise).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/load/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "conv1d_load [flags]: load generator for conv1d-serve.\n"
       "  Closed loop: --concurrency=1,8,64 or 1:64:2; open loop: --rate=100:1600:2 "
