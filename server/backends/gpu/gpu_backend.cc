@@ -159,10 +159,6 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
     for (hipEvent_t& ev : lane->events) {
       if (st.ok()) st = gpu::GpuStatus(hipEventCreate(&ev), "creating a lane event");
     }
-    if (st.ok()) {
-      st = gpu::GpuStatus(kernels::Conv1dZeroWorkspace(lane->workspace, ws_bytes, lane->stream),
-                          "zeroing a lane workspace");
-    }
     if (st.ok()) st = gpu::GpuStatus(hipStreamSynchronize(lane->stream), "lane set-up");
     backend->lanes_.push_back(std::move(lane));
     if (!st.ok()) return st;

@@ -42,7 +42,7 @@ struct GpuBackend::Lane {
   hipEvent_t events[4] = {};  // before H2D, after H2D, after kernel, after D2H
   char* pinned = nullptr;     // staging, lane_buffer_bytes
   char* buffer = nullptr;     // device twin of `pinned`
-  void* workspace = nullptr;  // kernel workspace, zeroed once
+  void* workspace = nullptr;  // kernel workspace (needs no initialisation)
   int64_t workspace_bytes = 0;
   std::vector<kernels::Conv1dSegment> table;  // host copy of the segment table
 };
