@@ -188,8 +188,11 @@ absl::StatusOr<std::vector<WorkloadSpec>> ParseMix(absl::string_view text,
     if (line.empty()) continue;
     WorkloadSpec spec = defaults;
     spec.mix_weight = 1.0;
+    bool dtype_set = false, weight_dtype_set = false;
     for (absl::string_view tok : absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
       const size_t eq = tok.find('=');
+      dtype_set |= tok.substr(0, eq) == "dtype";
+      weight_dtype_set |= tok.substr(0, eq) == "weight_dtype";
       if (eq == absl::string_view::npos) {
         return absl::InvalidArgumentError(
             absl::StrCat("mix line ", line_no, ": '", tok, "' is not key=value"));
@@ -199,6 +202,8 @@ absl::StatusOr<std::vector<WorkloadSpec>> ParseMix(absl::string_view text,
         return absl::InvalidArgumentError(absl::StrCat("mix line ", line_no, ": ", s.message()));
       }
     }
+    // As on the command line, a dtype moves the weights along unless given.
+    if (dtype_set && !weight_dtype_set) spec.weight_dtype = spec.dtype;
     out.push_back(spec);
   }
   if (out.empty()) return absl::InvalidArgumentError("mix has no workload lines");

@@ -5,7 +5,8 @@
 //
 // Mix file: one workload per line, `key=value` tokens separated by spaces,
 // `#` starts a comment. Keys are those of ApplyWorkloadKey, plus `weight`
-// (relative share of the requests, default 1). Example:
+// (relative share of the requests, default 1); `dtype=` also sets the
+// weight dtype unless the line gives `weight_dtype=`. Example:
 //   weight=3 preset=small-fwd
 //   weight=1 op=bwd shape=4x2048x2048 dtype=bf16
 //

@@ -192,6 +192,9 @@ TEST(Workload, ParseShapeMixAndKeys) {
   EXPECT_EQ((*mix)[1].weight_dtype, DType::kF32);
   EXPECT_TRUE((*mix)[1].channel_last);
   EXPECT_FALSE((*mix)[1].bias);
+  absl::StatusOr<std::vector<WorkloadSpec>> bf = ParseMix("dtype=bf16", WorkloadSpec{});
+  ASSERT_TRUE(bf.ok());
+  EXPECT_EQ((*bf)[0].weight_dtype, DType::kBF16);
   EXPECT_FALSE(ParseMix("op=sideways", WorkloadSpec{}).ok());
   EXPECT_FALSE(ParseMix("shape", WorkloadSpec{}).ok());
   EXPECT_FALSE(ParseMix("# nothing\n", WorkloadSpec{}).ok());
