@@ -199,6 +199,10 @@ TEST_F(LiveMetricsTest, PrometheusSeesTheLoadTheClientSent) {
   ASSERT_NO_FATAL_FAILURE(StartServer());
   ASSERT_NO_FATAL_FAILURE(StartPrometheus());
 
+  // Load starts after Prometheus has a first sample, so rate() over the
+  // dashboard's windows sees the load as an increase.
+  ASSERT_TRUE(WaitFor([&] { return QueryOne(prom_port_, R"(up{job="conv1d"})") == 1; }, 30));
+
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
                                      grpc::InsecureChannelCredentials());
   ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
@@ -210,7 +214,7 @@ TEST_F(LiveMetricsTest, PrometheusSeesTheLoadTheClientSent) {
   std::vector<double> latencies;
   for (int i = 0; i < kOk + kInvalid; ++i) {
     v1::ForwardRequest req;
-    const bool valid = i % 9 != 8;  // interleave the invalid ones
+    const bool valid = i % 8 != 7;  // i = 7, 15, 23, 31: kInvalid of them
     *req.mutable_x() = RandomTensor({B, D, L});
     if (!valid) req.mutable_x()->set_data("short");
     req.set_activation(v1::ACTIVATION_SILU);
@@ -292,7 +296,9 @@ TEST_F(LiveMetricsTest, PrometheusSeesTheLoadTheClientSent) {
   EXPECT_EQ(lint, "");
 
   // Every dashboard query evaluates against this Prometheus, and the core
-  // request panels have data.
+  // request panels have data (once two samples lie in the rate window).
+  ASSERT_TRUE(WaitFor(
+      [&] { return !Query(prom_port_, "rate(conv1d_requests_total[1m])").empty(); }, 30));
   const std::string dash = ReadFile(std::string(CONV1D_SOURCE_DIR) +
                                     "/deploy/grafana/conv1d-dashboard.json");
   static const std::regex expr_re(R"re("expr": "((?:[^"\\]|\\.)*)")re");
@@ -309,7 +315,7 @@ TEST_F(LiveMetricsTest, PrometheusSeesTheLoadTheClientSent) {
     EXPECT_TRUE(ok) << q << "\n" << raw;
     const bool core = q.find("rate(conv1d_requests_total") != std::string::npos ||
                       q.find("conv1d_request_duration_seconds_bucket") != std::string::npos;
-    if (core) EXPECT_FALSE(v.empty()) << "no data for " << q;
+    if (core) EXPECT_FALSE(v.empty()) << "no data for " << q << "\n" << raw;
     ++exprs;
   }
   EXPECT_GE(exprs, 20);
