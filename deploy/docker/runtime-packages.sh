@@ -22,20 +22,10 @@ fi
 # Libraries that come with the base image or from the host driver.
 skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec|libpthread|libdl\.so|librt\.so|libresolv|libutil|libanl|libcuda\.so|libnvidia-)'
 
-owner() {
-  # Usrmerged systems register files under /usr/lib while ldd may print /lib.
-  for p in "$1" "/usr$1" "$(readlink -f "$1")"; do
-    if out=$(dpkg-query -S "$p" 2>/dev/null); then
-      printf '%s\n' "$out" | head -n 1 | cut -d: -f1
-      return 0
-    fi
-  done
-  return 1
-}
-
-tmp=$(mktemp)
+libs=$(mktemp)
 deps=$(mktemp)
-trap 'rm -f "$tmp" "$deps"' EXIT
+owners=$(mktemp)
+trap 'rm -f "$libs" "$deps" "$owners"' EXIT
 for bin in "$@"; do
   ldd "$bin" >"$deps"
   awk '/=>/ { print $1, $3 }' "$deps" | while read -r name path; do
@@ -49,11 +39,27 @@ for bin in "$@"; do
       echo "runtime-packages.sh: $bin needs $name, which is not found" >&2
       exit 1
     fi
-    if ! pkg=$(owner "$path"); then
-      echo "runtime-packages.sh: no package owns $path (needed by $bin)" >&2
-      exit 1
-    fi
-    echo "$pkg"
-  done >>"$tmp"
+    echo "$path"
+  done >>"$libs"
 done
-sort -u "$tmp"
+sort -u -o "$libs" "$libs"
+[ -s "$libs" ] || exit 0
+
+# One dpkg-query for all candidates (each call reads the whole file database):
+# usrmerged systems register a file under /usr/lib or /lib, whichever its
+# package ships, while ldd prints either; the resolved file is a third name.
+while read -r path; do
+  printf '%s\n%s\n%s\n' "$path" "/usr$path" "$(readlink -f "$path")"
+done <"$libs" | sort -u | xargs dpkg-query -S 2>/dev/null >"$owners" || true
+while read -r path; do
+  real=$(readlink -f "$path")
+  pkg=$(awk -v a="$path" -v b="/usr$path" -v c="$real" '
+    { p = $0; sub(/: .*/, "", p); f = $0; sub(/^[^:]*(:[^:]*)?: /, "", f) }
+    f == a || f == b || f == c { sub(/:.*/, "", p); print p; exit }' "$owners")
+  if [ -z "$pkg" ]; then
+    echo "runtime-packages.sh: no package owns $path" >&2
+    exit 1
+  fi
+  echo "$pkg"
+done <"$libs" >"$deps"
+sort -u "$deps"
