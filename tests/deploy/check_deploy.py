@@ -275,6 +275,11 @@ def check_compose(path):
                 if not os.path.exists(os.path.join(base, src)):
                     fail(path, f"service {name} mounts {src}, which does not exist")
     srv = svcs["conv1d"]
+    build = srv.get("build", {})
+    context = os.path.join(base, build.get("context", "."))
+    dockerfile = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", build.get("dockerfile", "Dockerfile"))
+    if not os.path.isfile(os.path.join(context, dockerfile)):
+        fail(path, f"conv1d builds from {dockerfile}, which does not exist in {context}")
     if not {"/dev/kfd", "/dev/dri"} <= set(srv.get("devices", [])):
         fail(path, "conv1d does not map /dev/kfd and /dev/dri")
     if "video" not in srv.get("group_add", []):
