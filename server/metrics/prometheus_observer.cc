@@ -1,7 +1,14 @@
 #include "server/metrics/prometheus_observer.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +46,39 @@ std::string FamilyName(size_t index) {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// Connects to the metrics listener and closes at once. civetweb's listener
+// thread polls with a 2 s period and checks for shutdown only when it wakes;
+// a connection wakes it, so stopping takes milliseconds instead of seconds.
+void PokeListener(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints, &found) != 0) {
+    return;
+  }
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+    if (connected) break;
+  }
+  freeaddrinfo(found);
+}
+
+// The host to connect to for a listen address "host:port" ("0.0.0.0:8002",
+// "[::]:8002", "10.0.0.5:8002", ":8002").
+std::string WakeHost(const std::string& listen_address) {
+  const size_t colon = listen_address.rfind(':');
+  std::string host = colon == std::string::npos ? "" : listen_address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    return host == "::" ? "::1" : host;
+  }
+  if (host.empty() || host == "0.0.0.0" || host == "*") return "127.0.0.1";
+  return host;
+}
+
 }  // namespace
 
 std::vector<double> PrometheusObserver::DurationBuckets() {
@@ -67,7 +107,20 @@ std::vector<double> PrometheusObserver::ByteBuckets() {
 PrometheusObserver::PrometheusObserver()
     : registry_(std::make_shared<prometheus::Registry>()) {}
 
-PrometheusObserver::~PrometheusObserver() = default;
+PrometheusObserver::~PrometheusObserver() {
+  if (exposer_ == nullptr || bound_port_ <= 0) return;
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (!stopped.load(std::memory_order_acquire)) {
+      PokeListener(wake_host_, bound_port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true, std::memory_order_release);
+  waker.join();
+}
+
 
 absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
     const MetricsOptions& options) {
@@ -87,6 +140,7 @@ absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
     obs->exposer_->RegisterCollectable(obs->registry_);
     std::vector<int> ports = obs->exposer_->GetListeningPorts();
     obs->bound_port_ = ports.empty() ? 0 : ports.front();
+    obs->wake_host_ = WakeHost(options.listen_address);
   } catch (const std::exception& e) {
     obs->exposer_.reset();
     return absl::UnavailableError(
@@ -102,18 +156,15 @@ void PrometheusObserver::BuildFamilies(const MetricsOptions& options) {
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;
 
-  auto& build_info =
-      BuildGauge()
-          .Name("conv1d_build_info")
-          .Help("Always 1; labels carry the server's version, source revision, "
-                "backend and devices.")
-          .Register(r);
-  build_info
-      .Add({{"version", options.version},
-            {"git_sha", options.git_sha},
-            {"backend", options.backend},
-            {"devices", absl::StrJoin(options.devices, ",")}})
-      .Set(1);
+  version_ = options.version;
+  git_sha_ = options.git_sha;
+  build_info_family_ =
+      &BuildGauge()
+           .Name("conv1d_build_info")
+           .Help("Always 1; labels carry the server's version, source revision, "
+                 "backend and devices.")
+           .Register(r);
+  SetBuildInfo(options.backend, options.devices);
   BuildGauge()
       .Name("conv1d_start_time_seconds")
       .Help("Unix time at which the metrics of this server process started.")
@@ -347,6 +398,17 @@ prometheus::Gauge* PrometheusObserver::Pool(const char* pool, int device) {
   return extra_pools_.Get(absl::StrCat(pool, "/", device), [&] {
     return &pool_bytes_->Add({{"pool", pool}, {"device", absl::StrCat(device)}});
   });
+}
+
+void PrometheusObserver::SetBuildInfo(const std::string& backend,
+                                      const std::vector<std::string>& devices) {
+  absl::MutexLock lock(&build_info_mu_);
+  if (build_info_ != nullptr) build_info_family_->Remove(build_info_);
+  build_info_ = &build_info_family_->Add({{"version", version_},
+                                          {"git_sha", git_sha_},
+                                          {"backend", backend},
+                                          {"devices", absl::StrJoin(devices, ",")}});
+  build_info_->Set(1);
 }
 
 std::string PrometheusObserver::Render() const {

@@ -55,6 +55,13 @@ class PrometheusObserver final : public Observer {
   PrometheusObserver(const PrometheusObserver&) = delete;
   PrometheusObserver& operator=(const PrometheusObserver&) = delete;
 
+  // Replaces the backend and devices labels of conv1d_build_info. Lets the
+  // server create the observer before the backend (so the backend can
+  // report pool bytes and device errors from its start) and name the
+  // backend once it exists. Thread-safe; not for the request path.
+  void SetBuildInfo(const std::string& backend,
+                    const std::vector<std::string>& devices);
+
   // The TCP port actually listened on; 0 when not serving.
   int bound_port() const { return bound_port_; }
   // The current text exposition, exactly what a scrape of /metrics returns.
@@ -128,6 +135,11 @@ class PrometheusObserver final : public Observer {
   // Declared first so that it outlives every pointer below and the exposer.
   std::shared_ptr<prometheus::Registry> registry_;
 
+  absl::Mutex build_info_mu_;
+  prometheus::Family<prometheus::Gauge>* build_info_family_ = nullptr;
+  prometheus::Gauge* build_info_ ABSL_GUARDED_BY(build_info_mu_) = nullptr;
+  std::string version_, git_sha_;  // set once in BuildFamilies
+
   prometheus::Family<prometheus::Counter>* requests_total_ = nullptr;
   prometheus::Family<prometheus::Histogram>* request_seconds_ = nullptr;
   prometheus::Family<prometheus::Gauge>* in_flight_ = nullptr;
@@ -173,6 +185,7 @@ class PrometheusObserver final : public Observer {
   // Declared last: destroyed first, so no scrape runs during teardown.
   std::unique_ptr<prometheus::Exposer> exposer_;
   int bound_port_ = 0;
+  std::string wake_host_;  // where to connect to unblock the listener on stop
 };
 
 }  // namespace conv1d

@@ -78,6 +78,12 @@ TEST(MetricsEndpoint, ServesOnPortZeroAndMatchesRender) {
   const Exposition e = Exposition::Parse(response.substr(body + 4));
   EXPECT_EQ(e.Value("conv1d_requests_total", {{"method", "Forward"}, {"code", "OK"}}), 1);
   EXPECT_EQ(e.Value("conv1d_sent_bytes_total", {{"method", "Forward"}}), 20);
+  // Stopping must not wait out civetweb's 2 s listener poll: the server's
+  // drain has a bound, and the observer is the last thing it destroys.
+  const absl::Time t0 = absl::Now();
+  obs->reset();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  EXPECT_EQ(HttpGet(port, "/metrics", 500), "");
 }
 
 TEST(MetricsEndpoint, BindFailureIsAStatusNotAnException) {

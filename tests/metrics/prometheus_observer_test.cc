@@ -191,6 +191,20 @@ TEST_F(ObserverTest, RejectionsServingWeightsPoolsErrorsBuildInfo) {
   EXPECT_NEAR(*start, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), 60);
 }
 
+TEST_F(ObserverTest, SetBuildInfoReplacesTheSeries) {
+  auto obs = MakeObserver();
+  obs->SetBuildInfo("gpu", {"NVIDIA H200", "NVIDIA H200"});
+  const Exposition e = Exposition::Parse(obs->Render());
+  int series = 0;
+  for (const auto& s : e.series()) series += s.name == "conv1d_build_info";
+  EXPECT_EQ(series, 1);
+  EXPECT_EQ(e.Value("conv1d_build_info", {{"version", "9.8.7"},
+                                          {"git_sha", "abc123def456"},
+                                          {"backend", "gpu"},
+                                          {"devices", "NVIDIA H200,NVIDIA H200"}}),
+            1);
+}
+
 TEST_F(ObserverTest, SchedulerAndBatches) {
   auto obs = MakeObserver();
   BatchKey fwd;
