@@ -25,8 +25,11 @@ if [[ $want_test == 1 ]]; then
     python3 python3-grpcio python3-protobuf python3-numpy
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
-    kubectl yamllint shellcheck
+    yamllint shellcheck
   )
+  # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
+  # (Debian's comes in kubernetes-client).
+  command -v kubectl >/dev/null || pkgs+=(kubernetes-client)
 fi
 
 missing=()
