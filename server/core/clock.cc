@@ -8,7 +8,8 @@ class RealClock final : public Clock {
   absl::Time Now() override { return absl::Now(); }
 
   bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                         absl::Time deadline) override {
+                         absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return mu->AwaitWithDeadline(cond, deadline);
   }
 };

@@ -27,7 +27,8 @@ class Clock {
   // return, but may have been released in between (as with Mutex::Await),
   // so the caller must re-check its state afterwards.
   virtual bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                                 absl::Time deadline) = 0;
+                                 absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
   // The process-wide wall clock (absl::Now, Mutex::AwaitWithDeadline).
   // Never destroyed.

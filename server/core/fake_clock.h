@@ -30,7 +30,8 @@ class FakeClock final : public Clock {
 
   absl::Time Now() override;
   bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                         absl::Time deadline) override;
+                         absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Moves time forward by `d` (REQUIRES: d >= 0) and wakes waiters whose
   // deadline has passed.

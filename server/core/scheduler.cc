@@ -11,6 +11,9 @@ namespace {
 constexpr int32_t kMaxBatchRequestsLimit = 65536;
 constexpr int64_t kMaxQueueDelayUsLimit = 10'000'000;
 constexpr int32_t kMaxQueuedRequestsLimit = 16'777'216;
+// How often an unavailable lane asks the backend again (on the injected
+// clock).
+constexpr absl::Duration kUnavailableLaneRecheck = absl::Seconds(1);
 
 void Finish(Task& task, const absl::Status& status) {
   if (task.on_done) task.on_done(status, task.timings);
@@ -68,6 +71,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, Backend* backend,
     : options_(options),
       max_queue_delay_(absl::Microseconds(options.max_queue_delay_us)),
       backend_(backend),
+      num_lanes_(backend->num_lanes()),
       clock_(clock),
       observer_(observer) {}
 
@@ -231,13 +235,32 @@ void Scheduler::LaneLoop(int lane) {
     return HasUnclaimedWorkLocked() || (draining_ && queued_ == 0);
   };
   while (true) {
+    // Availability is polled: a lane whose device failed stays idle while
+    // another lane can serve; when none can, queued tasks are failed at once
+    // rather than left to wait for their deadlines.
+    absl::Status refuse;
+    if (!backend_->LaneAvailable(lane)) {
+      if (AnyLaneAvailable()) {
+        absl::MutexLock lock(&mu_);
+        if (draining_) return;  // the available lanes drain the queues
+        clock_->AwaitWithDeadline(&mu_, absl::Condition(&draining_),
+                                  clock_->Now() + kUnavailableLaneRecheck);
+        continue;
+      }
+      refuse = backend_->Health();
+      if (refuse.ok()) {
+        refuse = absl::UnavailableError(absl::StrCat(
+            "no lane of backend '", backend_->name(), "' can take work"));
+      }
+    }
     BatchKey key;
     std::vector<std::unique_ptr<Task>> batch;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&has_work));
       if (!PickKeyLocked(&key)) return;  // drained
-      if (max_queue_delay_ > absl::ZeroDuration() && !draining_) {
+      if (max_queue_delay_ > absl::ZeroDuration() && !draining_ &&
+          refuse.ok()) {
         KeyQueue& q = queues_.find(key)->second;
         if (!BatchFullLocked(q)) {
           // Claim the key so no other lane splits this batch; other lanes
@@ -263,12 +286,23 @@ void Scheduler::LaneLoop(int lane) {
       }
       TakeBatchLocked(key, &batch);
     }
-    if (!batch.empty()) RunBatch(lane, key, std::move(batch));
+    if (batch.empty()) continue;
+    // The lane may have come back while it waited for work.
+    if (!refuse.ok() && backend_->LaneAvailable(lane)) refuse = absl::OkStatus();
+    RunBatch(lane, key, std::move(batch), refuse);
   }
 }
 
+bool Scheduler::AnyLaneAvailable() const {
+  for (int lane = 0; lane < num_lanes_; ++lane) {
+    if (backend_->LaneAvailable(lane)) return true;
+  }
+  return false;
+}
+
 void Scheduler::RunBatch(int lane, const BatchKey& key,
-                         std::vector<std::unique_ptr<Task>> batch) {
+                         std::vector<std::unique_ptr<Task>> batch,
+                         const absl::Status& refuse) {
   const absl::Time start = clock_->Now();
   std::vector<std::unique_ptr<Task>> run;
   std::vector<std::pair<std::unique_ptr<Task>, absl::Status>> dropped;
@@ -315,6 +349,19 @@ void Scheduler::RunBatch(int lane, const BatchKey& key,
     }
   }
   if (run.empty()) return;
+  if (!refuse.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      stats_.failed += static_cast<int64_t>(run.size());
+    }
+    for (auto& task : run) {
+      task->timings.batch_end = start;
+      task->timings.batch_requests = static_cast<int32_t>(run.size());
+      Finish(*task, refuse);
+      task.reset();
+    }
+    return;
+  }
 
   std::vector<ConvSegment*> segments;
   segments.reserve(run.size());

@@ -16,6 +16,12 @@
 // The backend, clock and observer are not owned and must outlive the
 // Scheduler.
 //
+// Lanes: one thread per Backend::num_lanes(). A lane for which
+// Backend::LaneAvailable() is false stays idle (re-asking every second on
+// the injected clock) while another lane can serve; when no lane can, queued
+// tasks fail with Backend::Health()'s status (UNAVAILABLE by default)
+// instead of waiting for their deadlines.
+//
 // Observer: the scheduler reports OnQueueDepth (after every change, with the
 // queue lock held so the gauge ends at the true value), OnTaskDequeued and
 // OnBatchDone (for every RunBatch call, failed or not), and OnRejected for
@@ -111,6 +117,8 @@ class Scheduler {
   // `timeout` (on the injected clock) has passed fail with UNAVAILABLE;
   // batches already running always finish. Idempotent; concurrent callers
   // all return once shutdown is complete.
+  // REQUIRES: not called from on_done or from the backend (it joins the
+  // lane threads those run on).
   void Shutdown(absl::Duration timeout = absl::Seconds(30));
 
   // Tasks queued and not yet taken by a lane.
@@ -147,15 +155,19 @@ class Scheduler {
   void TakeBatchLocked(const BatchKey& key,
                        std::vector<std::unique_ptr<Task>>* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops cancelled and expired tasks, runs the rest, calls every on_done.
+  // Drops cancelled and expired tasks, runs the rest (or, when `refuse` is
+  // not OK, fails them with it without computing), calls every on_done.
   void RunBatch(int lane, const BatchKey& key,
-                std::vector<std::unique_ptr<Task>> batch);
+                std::vector<std::unique_ptr<Task>> batch,
+                const absl::Status& refuse);
+  bool AnyLaneAvailable() const;
   void ReportDepthLocked(const std::string& family)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   const absl::Duration max_queue_delay_;
   Backend* const backend_;
+  const int num_lanes_;
   Clock* const clock_;
   Observer* const observer_;  // may be null
 

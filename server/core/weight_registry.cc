@@ -29,6 +29,7 @@ TensorView WeightSet::weight() const {
   v.data = weight_bytes.data();
   v.bytes = static_cast<int64_t>(weight_bytes.size());
   v.owner = weak_from_this().lock();
+  v.cache_id = id;
   return v;
 }
 
@@ -40,6 +41,7 @@ TensorView WeightSet::bias() const {
   v.data = bias_bytes.data();
   v.bytes = static_cast<int64_t>(bias_bytes.size());
   v.owner = weak_from_this().lock();
+  v.cache_id = id;
   return v;
 }
 

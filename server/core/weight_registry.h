@@ -45,8 +45,9 @@ struct WeightSet : std::enable_shared_from_this<WeightSet> {
   std::string bias_bytes;    // little-endian [D] of dtype; empty if !has_bias
 
   // Views into the bytes above. Their `owner` keeps this set alive when it
-  // is held by a shared_ptr (as every registered set is). bias() is absent
-  // (data == nullptr) when !has_bias.
+  // is held by a shared_ptr (as every registered set is), and their
+  // `cache_id` is `id`, so backends may keep device copies of both. bias()
+  // is absent (data == nullptr) when !has_bias.
   TensorView weight() const;
   TensorView bias() const;
   // Bytes counted against the registry's budget (weight + bias).

@@ -67,6 +67,38 @@ TEST(SchedulerCreateTest, RejectsEachInvalidOptionByName) {
   EXPECT_TRUE(Scheduler::Create(edge, &backend, &clock, nullptr).ok());
 }
 
+TEST(SchedulerCreateTest, RunsWithoutAnObserver) {
+  RecordingBackend backend(2);
+  FakeClock clock;
+  Completions done;
+  SchedulerOptions o;
+  o.max_queued_requests = 2;
+  auto s = Scheduler::Create(o, &backend, &clock, /*observer=*/nullptr);
+  ASSERT_TRUE(s.ok());
+  Scheduler& sched = **s;
+  backend.Block();
+  auto first = MakeTask(1, KeyWithDim(8), &done);
+  ASSERT_TRUE(sched.Submit(&first).ok());
+  ASSERT_TRUE(backend.AwaitEntered(1));
+  auto second = MakeTask(2, KeyWithDim(16), &done);
+  ASSERT_TRUE(sched.Submit(&second).ok());
+  ASSERT_TRUE(backend.AwaitEntered(2));
+  auto cancelled = MakeTask(3, KeyWithDim(8), &done);
+  cancelled->cancelled = [] { return true; };
+  ASSERT_TRUE(sched.Submit(&cancelled).ok());
+  auto kept = MakeTask(4, KeyWithDim(8), &done);
+  ASSERT_TRUE(sched.Submit(&kept).ok());
+  auto rejected = MakeTask(5, KeyWithDim(8), &done);
+  EXPECT_EQ(sched.Submit(&rejected).code(),
+            absl::StatusCode::kResourceExhausted);
+  backend.Unblock();
+  sched.Shutdown();
+  EXPECT_EQ(done.total_calls(), 4);
+  EXPECT_EQ(done.Get(3).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(done.Get(4).status.ok());
+  EXPECT_EQ(sched.Submit(&rejected).code(), absl::StatusCode::kUnavailable);
+}
+
 class SchedulerLifecycleTest : public ::testing::Test {
  protected:
   void Make(const SchedulerOptions& options, int lanes = 1) {
@@ -214,6 +246,49 @@ TEST_F(SchedulerLifecycleTest, TimingsStatsAndObserverCalls) {
   EXPECT_EQ(st.rejected_queue_full + st.dropped_deadline +
                 st.dropped_cancelled + st.failed + st.dropped_shutdown,
             0);
+}
+
+TEST_F(SchedulerLifecycleTest, UnavailableLaneStaysIdleWhileAnotherServes) {
+  backend_ = nullptr;
+  auto backend = std::make_unique<RecordingBackend>(2);
+  backend->SetLaneAvailable(0, false);
+  auto s = Scheduler::Create({}, backend.get(), &clock_, &observer_);
+  ASSERT_TRUE(s.ok());
+  backend_ = std::move(backend);
+  sched_ = std::move(s).value();
+  for (uint64_t tag = 1; tag <= 20; ++tag) {
+    Submit(MakeTask(tag, KeyWithDim(8 * (tag % 3 + 1)), &done_));
+    ASSERT_TRUE(done_.AwaitCalls(tag));
+    EXPECT_TRUE(done_.Get(tag).status.ok());
+  }
+  const auto batches = backend_->batches();
+  ASSERT_EQ(batches.size(), 20u);
+  for (const auto& b : batches) EXPECT_EQ(b.lane, 1);
+}
+
+TEST_F(SchedulerLifecycleTest, NoAvailableLaneFailsTasksWithTheHealthStatus) {
+  backend_ = nullptr;
+  auto backend = std::make_unique<RecordingBackend>(1);
+  backend->SetLaneAvailable(0, false);
+  backend->SetHealth(absl::UnavailableError("device 0 failed: ECC error"));
+  auto s = Scheduler::Create({}, backend.get(), &clock_, &observer_);
+  ASSERT_TRUE(s.ok());
+  backend_ = std::move(backend);
+  sched_ = std::move(s).value();
+  for (uint64_t tag = 1; tag <= 3; ++tag) {
+    Submit(MakeTask(tag, KeyWithDim(8), &done_));
+  }
+  ASSERT_TRUE(done_.AwaitCalls(3));
+  for (uint64_t tag = 1; tag <= 3; ++tag) {
+    EXPECT_EQ(done_.Get(tag).status,
+              absl::UnavailableError("device 0 failed: ECC error"));
+  }
+  EXPECT_TRUE(backend_->batches().empty());
+  EXPECT_EQ(sched_->stats().failed, 3);
+  backend_->SetLaneAvailable(0, true);
+  Submit(MakeTask(4, KeyWithDim(8), &done_));
+  ASSERT_TRUE(done_.AwaitCalls(4));
+  EXPECT_TRUE(done_.Get(4).status.ok());
 }
 
 // Many submitters over a few keys, several lanes, with cancelled, expired

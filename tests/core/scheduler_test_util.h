@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,27 @@ class RecordingBackend final : public Backend {
   const char* name() const override { return "recording"; }
   std::vector<std::string> devices() const override { return {"fake"}; }
   int num_lanes() const override { return lanes_; }
+
+  absl::Status Health() const override {
+    absl::MutexLock lock(&health_mu_);
+    return health_;
+  }
+  bool LaneAvailable(int lane) const override {
+    absl::MutexLock lock(&health_mu_);
+    return unavailable_lanes_.count(lane) == 0;
+  }
+  void SetLaneAvailable(int lane, bool available) {
+    absl::MutexLock lock(&health_mu_);
+    if (available) {
+      unavailable_lanes_.erase(lane);
+    } else {
+      unavailable_lanes_.insert(lane);
+    }
+  }
+  void SetHealth(absl::Status status) {
+    absl::MutexLock lock(&health_mu_);
+    health_ = std::move(status);
+  }
 
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,
@@ -114,6 +136,9 @@ class RecordingBackend final : public Backend {
 
  private:
   const int lanes_;
+  mutable absl::Mutex health_mu_;
+  absl::Status health_ ABSL_GUARDED_BY(health_mu_);
+  std::set<int> unavailable_lanes_ ABSL_GUARDED_BY(health_mu_);
   mutable absl::Mutex mu_;
   std::vector<RecordedBatch> batches_ ABSL_GUARDED_BY(mu_);
   int entered_ ABSL_GUARDED_BY(mu_) = 0;

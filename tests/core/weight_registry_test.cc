@@ -49,10 +49,14 @@ TEST(WeightRegistryTest, RegisterLookupListAndViews) {
   ASSERT_EQ(wv.bytes, static_cast<int64_t>(w.size()));
   EXPECT_EQ(std::memcmp(wv.data, w.data(), w.size()), 0);
   EXPECT_EQ(wv.owner.get(), static_cast<const void*>(&s));
+  EXPECT_NE(s.id, 0u);
+  EXPECT_EQ(wv.cache_id, s.id);
   const TensorView bv = s.bias();
   EXPECT_EQ(bv.shape, (Shape{16}));
   ASSERT_EQ(bv.bytes, static_cast<int64_t>(b.size()));
   EXPECT_EQ(std::memcmp(bv.data, b.data(), b.size()), 0);
+  EXPECT_EQ(bv.cache_id, s.id);
+  EXPECT_EQ(bv.owner.get(), static_cast<const void*>(&s));
 
   auto found = reg.Lookup("mamba/layer.0_conv-1");
   ASSERT_TRUE(found.ok());
