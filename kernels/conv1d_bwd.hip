@@ -1,8 +1,8 @@
 // Backward kernels of the fast path (W = 2..4) over a ragged segment table:
 // dx, dweight, dbias, dinitial_states (with dfinal_states flowing in) in one
-// launch. dweight/dbias are deterministic: each work unit writes fp32
-// partials to the workspace, and the last unit of a channel (or channel
-// block) to arrive sums them in a fixed order and writes the result.
+// launch plus a small reduction. dweight/dbias are deterministic: each work
+// unit writes fp32 partials to the workspace, and reduce_dw_kernel sums each
+// channel's partials of its own segment in a fixed order.
 #include "kernels/conv1d_device.h"
 
 namespace conv1d::kernels {
@@ -11,7 +11,6 @@ namespace {
 using namespace dev;
 using detail::kClCols;
 using detail::kClRows;
-using detail::kMaxPerLane;
 using detail::kTeam;
 using detail::kTeamsPerBlock;
 
@@ -19,199 +18,205 @@ __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
   return silu ? dout * silu_grad_f(z) : dout;
 }
 
-// g at position q of a channel-first row, recomputed from memory (used for
-// the few positions just past a team's chunk).
-template <class T, int W>
-__device__ float g_at_cf(const KParams& p, const Conv1dSegment& seg, const typename T::S* xrow,
-                         const typename T::S* drow, int64_t row, int64_t q, const float (&w)[W],
-                         float bias) {
-  if (q >= seg.seqlen) return 0.0f;
-  const float dout = T::to_f(drow[q]);
-  if (!p.silu) return dout;
-  float z = bias;
-#pragma unroll
-  for (int k = 0; k < W; ++k) z += w[k] * x_tilde_cf<T>(p, seg, xrow, row, q - (W - 1) + k, W);
-  return grad_of(dout, z, true);
-}
-
+// Slots as in the forward team (fwd_cf_team): per_lane consecutive vectors
+// of one row chunk, or one vector of each of rows_per_tile short rows. Each
+// lane loads its x vector with W-1 halo elements on both sides and its dout
+// vector with W-1 to the right (halos hit L1), so it can compute g on
+// pos .. pos+N+W-2 and dx on pos .. pos+N-1 without talking to other lanes.
 template <class T, int N, int W>
 __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
+  constexpr int kMax = detail::kMaxPerLaneBwd;
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
   const int V = seg.per_lane;
+  const bool multi = seg.rows_per_tile > 1;
   const int64_t nchunks = seg.nchunks;
-  const int64_t row = local / nchunks;
-  const int64_t chunk = local - row * nchunks;
-  const int64_t d = row % p.dim;
-  const int64_t b = row / p.dim;
+  const int64_t nrows = B * p.dim;
+  const int64_t row0 = multi ? local * seg.rows_per_tile : local / nchunks;
+  const int64_t chunk = multi ? 0 : local - row0 * nchunks;
   const int64_t c0 = chunk * static_cast<int64_t>(kTeam * V * N);
-  const S* xrow = static_cast<const S*>(seg.x) + row * L;
-  const S* drow = static_cast<const S*>(seg.dout) + row * L;
-  S* dxrow = static_cast<S*>(seg.dx) + row * L;
+  const S* x = static_cast<const S*>(seg.x);
+  const S* dout = static_cast<const S*>(seg.dout);
 
-  float xv[kMaxPerLane][N];
-  float g[kMaxPerLane][N];  // holds dout until g is computed
+  int64_t row[kMax], pos[kMax];
+  bool slot[kMax], on[kMax];  // slot: team-uniform; on: this lane has data
+  const int lpr = seg.lanes_per_row;  // multi: lanes per row, rows per slot = kTeam / lpr
+  const int rps = kTeam / lpr;
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int64_t pos = c0 + static_cast<int64_t>(j * kTeam + lane) * N;
-    if (j < V && pos < L) {
-      load_f<T, N>(xrow + pos, xv[j]);
-      load_f<T, N>(drow + pos, g[j]);
+  for (int j = 0; j < kMax; ++j) {
+    row[j] = multi ? row0 + j * rps + lane / lpr : row0;
+    pos[j] = multi ? static_cast<int64_t>(lane % lpr) * N : c0 + static_cast<int64_t>(j * kTeam + lane) * N;
+    slot[j] = multi ? row0 + j * rps < nrows : j < V;
+    on[j] = (multi ? row[j] < nrows : slot[j]) && pos[j] < L;
+  }
+  float xv[kMax][N], hist[kMax][W - 1], xn[kMax][W - 1], g[kMax][N], gn[kMax][W - 1];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (on[j]) {
+      const S* xrow = x + row[j] * L;
+      load_f<T, N>(xrow + pos[j], xv[j]);
+      load_f<T, N>(dout + row[j] * L + pos[j], g[j]);
+      load_left<T, N, W>(p, seg, xrow, row[j], pos[j], hist[j]);
+      load_right<T, N, W>(xrow, pos[j], L, xn[j]);
+      load_right<T, N, W>(dout + row[j] * L, pos[j], L, gn[j]);
     } else {
 #pragma unroll
       for (int e = 0; e < N; ++e) xv[j][e] = g[j][e] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) hist[j][i] = xn[j][i] = gn[j][i] = 0.0f;
     }
   }
-  float w[W];
+  float w[kMax][W], bias[kMax];
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-  const float bias = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
-
-  float hist[kMaxPerLane][W - 1];
+  for (int j = 0; j < kMax; ++j) {
+    if (j == 0 || multi) {
+      const int64_t d = row[j] % p.dim;
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    if (j < V) {  // uniform across the team
-      const int64_t pos = c0 + static_cast<int64_t>(j * kTeam + lane) * N;
-      cf_history<T, N, W>(p, seg, xrow, row, xv[j], xv[j > 0 ? j - 1 : 0], j > 0, lane, pos, hist[j]);
+      for (int k = 0; k < W; ++k) w[j][k] = load_any(seg.weight, d * W + k, p.wtype);
+      bias[j] = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[j][k] = w[0][k];
+      bias[j] = bias[0];
+    }
+  }
+  // x̃ at pos + idx, idx in [-(W-1), N+W-1), compile-time idx.
+#define XT(j, idx) ((idx) < 0 ? hist[j][(idx) < 0 ? W - 1 + (idx) : 0] \
+                    : (idx) < N ? xv[j][(idx) < N && (idx) >= 0 ? (idx) : 0] \
+                                : xn[j][(idx) >= N ? (idx) - N : 0])
+  float dw[kMax][W + 1];  // [W] is dbias
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+#pragma unroll
+    for (int k = 0; k <= W; ++k) dw[j][k] = 0.0f;
+    if (on[j]) {
       if (p.silu) {
 #pragma unroll
-        for (int e = 0; e < N; ++e) {
-          float z = bias;
+        for (int e = 0; e < N + W - 1; ++e) {
+          float z = bias[j];
 #pragma unroll
-          for (int k = 0; k < W; ++k) {
-            const int idx = e + k - (W - 1);
-            z += w[k] * (idx >= 0 ? xv[j][idx >= 0 ? idx : 0] : hist[j][idx < 0 ? W - 1 + idx : 0]);
-          }
-          g[j][e] = grad_of(g[j][e], z, true);
+          for (int k = 0; k < W; ++k) z += w[j][k] * XT(j, e + k - (W - 1));
+          if (e < N) g[j][e < N ? e : 0] = grad_of(g[j][e < N ? e : 0], z, true);
+          else gn[j][e >= N ? e - N : 0] = grad_of(gn[j][e >= N ? e - N : 0], z, true);
         }
       }
-    }
-  }
-
-  float dw[W];
-  float db = 0.0f;
-#pragma unroll
-  for (int k = 0; k < W; ++k) dw[k] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    if (j < V) {  // uniform across the team
-      const int64_t pos = c0 + static_cast<int64_t>(j * kTeam + lane) * N;
-      // g at pos+N .. pos+N+W-2, from the lanes to the right.
-      float gf[W - 1];
-#pragma unroll
-      for (int f = 0; f < W - 1; ++f) {
-        const int off = N + f;
-        const int s = off / N;
-        const int e = off - s * N;
-        const int src = (lane + s) & (kTeam - 1);
-        const float a = gpu_shfl(g[j][e], src, kTeam);
-        const float nxt = gpu_shfl(g[j + 1 < kMaxPerLane ? j + 1 : j][e], src, kTeam);
-        float v;
-        if (lane + s < kTeam) v = a;
-        else if (j + 1 < V) v = nxt;
-        else v = g_at_cf<T, W>(p, seg, xrow, drow, row, pos + off, w, bias);
-        gf[f] = v;
-      }
-      if (pos < L) {
-        float dxv[N];
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int k = 0; k < W; ++k) {
-            const int idx = e + (W - 1) - k;
-            acc += w[k] * (idx < N ? g[j][idx < N ? idx : 0] : gf[idx >= N ? idx - N : 0]);
-          }
-          if (p.has_dfinal) {
-            const int64_t t = pos + e;
-            if (t >= L - (W - 1)) {
-              acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[row * (W - 1) + t - (L - (W - 1))]);
-            }
-          }
-          dxv[e] = acc;
-        }
-        store_f<T, N>(dxrow + pos, dxv);
-      }
+      float dxv[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        db += g[j][e];
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-          const int idx = e + k - (W - 1);
-          dw[k] += g[j][e] * (idx >= 0 ? xv[j][idx >= 0 ? idx : 0] : hist[j][idx < 0 ? W - 1 + idx : 0]);
-        }
-      }
-    }
-  }
-
-  if (p.ret_dinit && chunk == 0) {
-    float g0[W - 1];
-#pragma unroll
-    for (int t = 0; t < W - 1; ++t) g0[t] = gpu_shfl(g[0][t % N], t / N, kTeam);
-    if (lane == 0) {
-      S* dinit = static_cast<S*>(seg.dinitial_states) + row * (W - 1);
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) {
         float acc = 0.0f;
 #pragma unroll
-        for (int k = 0; k <= i; ++k) acc += w[k] * g0[i - k];  // g0 is 0 past L
-        if (p.has_dfinal && i >= L) {
-          acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[row * (W - 1) + i - L]);
+        for (int k = 0; k < W; ++k) {
+          const int idx = e + (W - 1) - k;
+          acc += w[j][k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[j][idx >= N ? idx - N : 0]);
         }
-        dinit[i] = T::from_f(acc);
+        if (p.has_dfinal) {
+          const int64_t t = pos[j] + e;
+          if (t >= L - (W - 1)) {
+            acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[row[j] * (W - 1) + t - (L - (W - 1))]);
+          }
+        }
+        dxv[e] = acc;
+        dw[j][W] += g[j][e];
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[j][k] += g[j][e] * XT(j, e + k - (W - 1));
+      }
+      store_f<T, N>(static_cast<S*>(seg.dx) + row[j] * L + pos[j], dxv);
+      if (p.ret_dinit && pos[j] == 0) {
+        S* dinit = static_cast<S*>(seg.dinitial_states) + row[j] * (W - 1);
+#pragma unroll
+        for (int i = 0; i < W - 1; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k <= i; ++k) {
+            const int t = i - k;  // g at position t (zero past L)
+            acc += w[j][k] * (t < N ? g[j][t < N ? t : 0] : gn[j][t >= N ? t - N : 0]);
+          }
+          if (p.has_dfinal && i >= L) {
+            acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[row[j] * (W - 1) + i - L]);
+          }
+          dinit[i] = T::from_f(acc);
+        }
       }
     }
   }
+#undef XT
 
-  // Deterministic dweight/dbias: team partial -> workspace; the last team of
-  // channel d sums the B*nchunks partials in index order.
-#pragma unroll
-  for (int k = 0; k < W; ++k) dw[k] = team_sum(dw[k]);
-  db = team_sum(db);
+  // Partials for the fixed-order reduction (reduce_dw_kernel): one per
+  // (channel, b, chunk), laid out [d][b * nchunks + chunk][W + 1].
   const int64_t nparts = B * nchunks;
-  float* part = p.partials + seg.ws_partial_offset + d * nparts * (W + 1);
-  if (lane == 0) {
-    float* mine = part + (b * nchunks + chunk) * (W + 1);
+  if (multi) {
 #pragma unroll
-    for (int k = 0; k < W; ++k) mine[k] = dw[k];
-    mine[W] = db;
-    __threadfence();
-  }
-  uint32_t* counter = p.counters + seg.ws_counter_offset + d;
-  unsigned last = 0;
-  if (lane == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(nparts - 1);
-  last = gpu_shfl(last, 0, kTeam);
-  if (last) {
-    __threadfence();
-    float acc[W + 1];
+    for (int j = 0; j < kMax; ++j) {
+      if (slot[j]) {
+        // Sum over the lpr lanes of each row (xor masks below lpr stay
+        // inside the row's lane group), fixed order.
+        float v[W + 1];
 #pragma unroll
-    for (int k = 0; k <= W; ++k) acc[k] = 0.0f;
-    for (int64_t i = lane; i < nparts; i += kTeam) {
+        for (int k = 0; k <= W; ++k) {
+          v[k] = dw[j][k];
+          for (int m = lpr / 2; m >= 1; m >>= 1) v[k] += gpu_shfl_xor(v[k], m, kTeam);
+        }
+        if (lane % lpr == 0 && row[j] < nrows) {
+          const int64_t d = row[j] % p.dim, b = row[j] / p.dim;
+          float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b) * (W + 1);
 #pragma unroll
-      for (int k = 0; k <= W; ++k) acc[k] += load_coherent(part + i * (W + 1) + k);
+          for (int k = 0; k <= W; ++k) mine[k] = v[k];
+        }
+      }
     }
+  } else {
+    float v[W + 1];
 #pragma unroll
-    for (int k = 0; k <= W; ++k) acc[k] = team_sum(acc[k]);
+    for (int k = 0; k <= W; ++k) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMax; ++j) acc += dw[j][k];
+      v[k] = team_sum(acc);
+    }
     if (lane == 0) {
+      const int64_t d = row0 % p.dim, b = row0 / p.dim;
+      float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b * nchunks + chunk) * (W + 1);
 #pragma unroll
-      for (int k = 0; k < W; ++k) store_any(seg.dweight, d * W + k, p.gwtype, acc[k]);
-      if (p.has_bias) store_any(seg.dbias, d, p.gwtype, acc[W]);
-      *counter = 0u;
+      for (int k = 0; k <= W; ++k) mine[k] = v[k];
+    }
+  }
+}
+
+// dweight/dbias of each (segment, channel): a team sums the channel's
+// batch * nchunks partials, lanes striding in index order, then a fixed
+// butterfly. Same layout for both activation layouts.
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KParams p) {
+  const int lane = threadIdx.x % kTeam;
+  const int W = p.width;
+  const int64_t total = static_cast<int64_t>(p.nseg) * p.dim;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + threadIdx.x / kTeam; t < total;
+       t += static_cast<int64_t>(gridDim.x) * kTeamsPerBlock) {
+    const Conv1dSegment& seg = p.segs[t / p.dim];
+    const int64_t d = t % p.dim;
+    const int64_t nparts = seg.batch * seg.nchunks;
+    const float* part = p.partials + seg.ws_partial_offset + d * nparts * (W + 1);
+    for (int k = 0; k <= W; ++k) {
+      float acc = 0.0f;
+      for (int64_t i = lane; i < nparts; i += kTeam) acc += part[i * (W + 1) + k];
+      acc = team_sum(acc);
+      if (lane == 0) {
+        if (k < W) store_any(seg.dweight, d * W + k, p.gwtype, acc);
+        else if (p.has_bias) store_any(seg.dbias, d, p.gwtype, acc);
+      }
     }
   }
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock) bwd_cf_kernel(KParams p) {
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 2) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
     const int64_t tile = blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
-    const int s = find_segment(p.segs, p.nseg, tile);
-    const Conv1dSegment& seg = p.segs[s];
+    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
     if (seg.vec) {
       bwd_cf_team<T, kVecElts<T>, W>(p, seg, tile - seg.tile_begin, lane);
     } else {
@@ -224,8 +229,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) bwd_cf_kernel(KParams 
 // time steps t0 .. t0+kSteps-1, streaming g over t0 .. t0+kSteps+W-2.
 template <class T, int N, int W>
 __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegment& seg,
-                                             int64_t local, int tx, int ty, float* red,
-                                             unsigned* flag) {
+                                             int64_t local, int tx, int ty, float* red) {
   using S = typename T::S;
   constexpr int kSteps = detail::kClStepsBwd;
   constexpr int kParts = N * (W + 1);
@@ -342,8 +346,8 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
     }
   }
 
-  // Block partial over the kClRows time chunks (fixed order), then the last
-  // block of this channel block sums all partials in index order.
+  // Block partial over the kClRows time chunks (fixed order) -> workspace;
+  // reduce_dw_kernel finishes per channel.
   float* mine = red + (ty * kClCols + tx) * kParts;
 #pragma unroll
   for (int e = 0; e < N; ++e) {
@@ -362,43 +366,31 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
         part[((d0 + e) * nparts + b * ntb + tb) * (W + 1) + k] = acc;
       }
     }
-    __threadfence();
-  }
-  __syncthreads();
-  uint32_t* counter = p.counters + seg.ws_counter_offset + db_idx;
-  if (threadIdx.x == 0) *flag = atomicAdd(counter, 1u) == static_cast<uint32_t>(nparts - 1);
-  __syncthreads();
-  if (*flag) {
-    __threadfence();
-    const int64_t c = db_idx * kClCols * N + threadIdx.x;
-    if (threadIdx.x < kClCols * N && c < D) {
-      for (int k = 0; k <= W; ++k) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < nparts; ++i) acc += load_coherent(part + (c * nparts + i) * (W + 1) + k);
-        if (k < W) store_any(seg.dweight, c * W + k, p.gwtype, acc);
-        else if (p.has_bias) store_any(seg.dbias, c, p.gwtype, acc);
-      }
-    }
-    if (threadIdx.x == 0) *counter = 0u;
   }
   __syncthreads();
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kClCols * kClRows) bwd_cl_kernel(KParams p) {
+__global__ void __launch_bounds__(kClCols * kClRows, 2) bwd_cl_kernel(KParams p) {
   __shared__ float red[kClRows * kClCols * 4 * (W + 1)];
-  __shared__ unsigned flag;
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
-    const int s = find_segment(p.segs, p.nseg, tile);
-    const Conv1dSegment& seg = p.segs[s];
+    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
     if (seg.vec) {
-      bwd_cl_block<T, 4, W>(p, seg, tile - seg.tile_begin, tx, ty, red, &flag);
+      bwd_cl_block<T, 4, W>(p, seg, tile - seg.tile_begin, tx, ty, red);
     } else {
-      bwd_cl_block<T, 1, W>(p, seg, tile - seg.tile_begin, tx, ty, red, &flag);
+      bwd_cl_block<T, 1, W>(p, seg, tile - seg.tile_begin, tx, ty, red);
     }
   }
+}
+
+hipError_t LaunchReduce(const KParams& k, hipStream_t s) {
+  const hipError_t e = hipGetLastError();
+  if (e != hipSuccess) return e;
+  const int64_t teams = static_cast<int64_t>(k.nseg) * k.dim;
+  reduce_dw_kernel<<<GridFor((teams + kTeamsPerBlock - 1) / kTeamsPerBlock), kTeam * kTeamsPerBlock, 0, s>>>(k);
+  return hipGetLastError();
 }
 
 template <class T>
@@ -411,7 +403,7 @@ hipError_t LaunchCf(const KParams& k, hipStream_t s) {
     case 4: bwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
     default: return hipErrorInvalidValue;
   }
-  return hipGetLastError();
+  return LaunchReduce(k, s);
 }
 
 template <class T>
@@ -424,7 +416,7 @@ hipError_t LaunchCl(const KParams& k, hipStream_t s) {
     case 4: bwd_cl_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
     default: return hipErrorInvalidValue;
   }
-  return hipGetLastError();
+  return LaunchReduce(k, s);
 }
 
 }  // namespace

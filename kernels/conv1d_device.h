@@ -32,7 +32,6 @@ struct KParams {
   bool has_dfinal;
   bool ret_dinit;
   float* partials;     // workspace: dweight/dbias partials
-  uint32_t* counters;  // workspace: arrival counters (zero between runs)
   float* gbuf;         // workspace: g (general backward path)
 };
 
@@ -53,8 +52,7 @@ inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
   k.ret_final = p.return_final_states;
   k.has_dfinal = p.has_dfinal_states;
   k.ret_dinit = p.return_dinitial_states;
-  k.counters = static_cast<uint32_t*>(ws);
-  k.partials = reinterpret_cast<float*>(static_cast<char*>(ws) + plan.counter_bytes);
+  k.partials = static_cast<float*>(ws);
   k.gbuf = k.partials;
   return k;
 }
@@ -83,12 +81,6 @@ __device__ __forceinline__ float team_sum(float v) {
   return v;
 }
 
-// Reads a value another block wrote during this launch (bypasses the
-// non-coherent L1 on NVIDIA).
-__device__ __forceinline__ float load_coherent(const float* p) {
-  return *reinterpret_cast<const volatile float*>(p);
-}
-
 __device__ __forceinline__ float act_fwd(float z, bool silu) { return silu ? silu_f(z) : z; }
 
 
@@ -104,33 +96,44 @@ __device__ __forceinline__ float x_tilde_cf(const KParams& p, const Conv1dSegmen
   return T::to_f(init[row * (W - 1) + (W - 1) + q]);
 }
 
-// Channel-first team halo: hist[i] = x̃ at position pos + i - (W-1) for the
-// lane's vector j (elements pos .. pos+N-1 in xv[j]). Taken from the lanes
-// to the left (the previous vector of the team wraps to lane 31), or from
-// memory at the chunk's left edge. Every lane of the team must call it.
+// Channel-first halos, loaded directly (the neighbouring lanes load the same
+// lines in the same instruction, so these hit L1 and add no DRAM traffic;
+// issuing them with the main loads keeps every load of a team in flight at
+// once). hist[i] = x̃ at pos - (W-1) + i.
 template <class T, int N, int W>
-__device__ __forceinline__ void cf_history(const KParams& p, const Conv1dSegment& seg,
-                                           const typename T::S* xrow, int64_t row,
-                                           const float (&cur)[N], const float (&prev)[N],
-                                           bool have_prev, int lane, int64_t pos,
-                                           float (&hist)[W > 1 ? W - 1 : 1]) {
+__device__ __forceinline__ void load_left(const KParams& p, const Conv1dSegment& seg,
+                                          const typename T::S* xrow, int64_t row, int64_t pos,
+                                          float (&hist)[W - 1]) {
+  if constexpr (N >= W - 1) {
+    if (pos >= N) {
+      float tmp[N];
+      load_f<T, N>(xrow + pos - N, tmp);
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) hist[i] = tmp[N - (W - 1) + i];
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) hist[i] = x_tilde_cf<T>(p, seg, xrow, row, pos - (W - 1) + i, W);
+}
+
+// nxt[i] = v at pos + N + i (zero past L) for a row of length L.
+template <class T, int N, int W>
+__device__ __forceinline__ void load_right(const typename T::S* vrow, int64_t pos, int64_t L,
+                                           float (&nxt)[W - 1]) {
+  if constexpr (N >= W - 1) {
+    if (pos + 2 * N <= L) {
+      float tmp[N];
+      load_f<T, N>(vrow + pos + N, tmp);
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) nxt[i] = tmp[i];
+      return;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < W - 1; ++i) {
-    const int off = i - (W - 1);         // -(W-1) .. -1
-    const int s = (-off + N - 1) / N;    // vectors back
-    const int e = off + s * N;           // element within that vector
-    const int src = (lane - s) & (detail::kTeam - 1);
-    const float a = gpu_shfl(cur[e], src, detail::kTeam);
-    const float b = gpu_shfl(prev[e], src, detail::kTeam);
-    float v;
-    if (lane >= s) {
-      v = a;
-    } else if (have_prev) {
-      v = b;
-    } else {
-      v = x_tilde_cf<T>(p, seg, xrow, row, pos + off, W);
-    }
-    hist[i] = v;
+    const int64_t q = pos + N + i;
+    nxt[i] = q < L ? T::to_f(vrow[q]) : 0.0f;
   }
 }
 

@@ -10,87 +10,113 @@ namespace {
 using namespace dev;
 using detail::kClCols;
 using detail::kClRows;
-using detail::kMaxPerLane;
 using detail::kTeam;
 using detail::kTeamsPerBlock;
 
+template <class T, int W>
+__device__ __forceinline__ void write_final_cf(const KParams& p, const Conv1dSegment& seg,
+                                               const typename T::S* xrow, int64_t row) {
+  using S = typename T::S;
+  const int64_t L = seg.seqlen;
+  S* fin = static_cast<S*>(seg.final_states) + row * (W - 1);
+  const S* init = static_cast<const S*>(seg.initial_states);
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) {
+    const int64_t q = L - (W - 1) + i;
+    S v;
+    if (q >= 0) v = xrow[q];
+    else if (p.has_init) v = init[row * (W - 1) + (W - 1) + q];
+    else v = T::from_f(0.0f);
+    fin[i] = v;
+  }
+}
+
+// A team owns kMax vector slots per lane: either `per_lane` consecutive
+// vectors of one row chunk, or (short rows, rows_per_tile > 1) one vector of
+// each of several rows. Every load (vectors, halos, weights) is issued
+// before the first use.
 template <class T, int N, int W>
 __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
+  constexpr int kMax = detail::kMaxPerLaneFwd;
   const int64_t L = seg.seqlen;
   const int V = seg.per_lane;
+  const bool multi = seg.rows_per_tile > 1;
   const int64_t nchunks = seg.nchunks;
-  const int64_t row = local / nchunks;
-  const int64_t chunk = local - row * nchunks;
-  const int64_t d = row % p.dim;
+  const int64_t nrows = seg.batch * p.dim;
+  const int64_t row0 = multi ? local * seg.rows_per_tile : local / nchunks;
+  const int64_t chunk = multi ? 0 : local - row0 * nchunks;
   const int64_t c0 = chunk * static_cast<int64_t>(kTeam * V * N);
-  const S* xrow = static_cast<const S*>(seg.x) + row * L;
-  S* yrow = static_cast<S*>(seg.y) + row * L;
+  const S* x = static_cast<const S*>(seg.x);
 
-  float xv[kMaxPerLane][N];
+  int64_t row[kMax], pos[kMax];
+  bool on[kMax];
+  const int lpr = seg.lanes_per_row;  // multi: lanes per row, rows per slot = kTeam / lpr
+  const int rps = kTeam / lpr;
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int64_t pos = c0 + static_cast<int64_t>(j * kTeam + lane) * N;
-    if (j < V && pos < L) {
-      load_f<T, N>(xrow + pos, xv[j]);
+  for (int j = 0; j < kMax; ++j) {
+    row[j] = multi ? row0 + j * rps + lane / lpr : row0;
+    pos[j] = multi ? static_cast<int64_t>(lane % lpr) * N : c0 + static_cast<int64_t>(j * kTeam + lane) * N;
+    on[j] = (multi ? row[j] < nrows : j < V) && pos[j] < L;
+  }
+  float xv[kMax][N], hist[kMax][W - 1];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (on[j]) {
+      load_f<T, N>(x + row[j] * L + pos[j], xv[j]);
+      load_left<T, N, W>(p, seg, x + row[j] * L, row[j], pos[j], hist[j]);
+    }
+  }
+  float w[kMax][W], bias[kMax];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (j == 0 || multi) {
+      const int64_t d = row[j] % p.dim;
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[j][k] = load_any(seg.weight, d * W + k, p.wtype);
+      bias[j] = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
     } else {
 #pragma unroll
-      for (int e = 0; e < N; ++e) xv[j][e] = 0.0f;
+      for (int k = 0; k < W; ++k) w[j][k] = w[0][k];
+      bias[j] = bias[0];
     }
   }
-  float w[W];
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-  const float bias = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
-
+  for (int j = 0; j < kMax; ++j) {
+    if (on[j]) {
+      float out[N];
 #pragma unroll
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    if (j < V) {  // uniform across the team
-      const int64_t pos = c0 + static_cast<int64_t>(j * kTeam + lane) * N;
-      float hist[W - 1];
-      cf_history<T, N, W>(p, seg, xrow, row, xv[j], xv[j > 0 ? j - 1 : 0], j > 0, lane, pos, hist);
-      if (pos < L) {
-        float out[N];
+      for (int e = 0; e < N; ++e) {
+        float z = bias[j];
 #pragma unroll
-        for (int e = 0; e < N; ++e) {
-          float z = bias;
-#pragma unroll
-          for (int k = 0; k < W; ++k) {
-            const int idx = e + k - (W - 1);
-            z += w[k] * (idx >= 0 ? xv[j][idx >= 0 ? idx : 0] : hist[idx < 0 ? W - 1 + idx : 0]);
-          }
-          out[e] = act_fwd(z, p.silu);
+        for (int k = 0; k < W; ++k) {
+          const int idx = e + k - (W - 1);
+          z += w[j][k] * (idx >= 0 ? xv[j][idx >= 0 ? idx : 0] : hist[j][idx < 0 ? W - 1 + idx : 0]);
         }
-        store_f<T, N>(yrow + pos, out);
+        out[e] = act_fwd(z, p.silu);
       }
+      store_f<T, N>(static_cast<S*>(seg.y) + row[j] * L + pos[j], out);
     }
   }
-
-  if (p.ret_final && chunk == nchunks - 1 && lane == 0) {
-    S* fin = static_cast<S*>(seg.final_states) + row * (W - 1);
-    const S* init = static_cast<const S*>(seg.initial_states);
+  if (p.ret_final) {
 #pragma unroll
-    for (int i = 0; i < W - 1; ++i) {
-      const int64_t q = L - (W - 1) + i;
-      S v;
-      if (q >= 0) v = xrow[q];
-      else if (p.has_init) v = init[row * (W - 1) + (W - 1) + q];
-      else v = T::from_f(0.0f);
-      fin[i] = v;
+    for (int j = 0; j < kMax; ++j) {
+      const bool rowv = multi ? (lane % lpr == 0 && row[j] < nrows)
+                              : (lane == 0 && j == 0 && chunk == nchunks - 1);
+      if (rowv) write_final_cf<T, W>(p, seg, x + row[j] * L, row[j]);
     }
   }
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock) fwd_cf_kernel(KParams p) {
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 2) fwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
     const int64_t tile = blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
-    const int s = find_segment(p.segs, p.nseg, tile);
-    const Conv1dSegment& seg = p.segs[s];
+    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
     if (seg.vec) {
       fwd_cf_team<T, kVecElts<T>, W>(p, seg, tile - seg.tile_begin, lane);
     } else {
@@ -181,12 +207,11 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kClCols * kClRows) fwd_cl_kernel(KParams p) {
+__global__ void __launch_bounds__(kClCols * kClRows, 2) fwd_cl_kernel(KParams p) {
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
-    const int s = find_segment(p.segs, p.nseg, tile);
-    const Conv1dSegment& seg = p.segs[s];
+    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
     if (seg.vec) {
       fwd_cl_thread<T, 4, W>(p, seg, tile - seg.tile_begin, tx, ty);
     } else {

@@ -82,32 +82,42 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t esize = ElemBytes(p.x_type);
   const int64_t D = p.dim;
   const int64_t W = p.width;
-  int64_t tiles = 0, counters = 0, floats = 0;
+  int64_t tiles = 0, floats = 0;
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
     const int64_t B = s.batch, L = s.seqlen;
     s.tile_begin = tiles;
-    s.ws_counter_offset = counters;
+    s.ws_counter_offset = 0;
     s.ws_partial_offset = floats;
     s.ws_grad_offset = floats;
     s.vec = 0;
     s.per_lane = 1;
     s.nchunks = 1;
+    s.rows_per_tile = 1;
     if (path == kPathFastChannelFirst) {
       const int64_t ne = 16 / esize;
       const bool vec = L % ne == 0 && Aligned(s.x, 16) &&
                        (bwd ? Aligned(s.dout, 16) && Aligned(s.dx, 16) : Aligned(s.y, 16));
       const int64_t n_el = vec ? ne : 1;
+      const int64_t max_v = bwd ? kMaxPerLaneBwd : kMaxPerLaneFwd;
       const int64_t nvec = CeilDiv(L, n_el);
-      const int64_t v = CeilDiv(nvec, kTeam) < kMaxPerLane ? CeilDiv(nvec, kTeam) : kMaxPerLane;
+      const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
       s.vec = vec;
       s.per_lane = static_cast<int32_t>(v);
       s.nchunks = CeilDiv(L, kTeam * v * n_el);
-      tiles += B * D * s.nchunks;
-      if (bwd) {
-        counters += D;
-        floats += D * B * s.nchunks * (W + 1);
+      s.lanes_per_row = kTeam;
+      if (v == 1 && s.nchunks == 1) {
+        // Short rows: several rows per team and, when a row needs at most
+        // half a team, several rows per slot (lanes_per_row lanes each).
+        int32_t lpr = kTeam;
+        while (lpr > 4 && nvec <= lpr / 2) lpr /= 2;
+        s.lanes_per_row = lpr;
+        s.rows_per_tile = static_cast<int32_t>(max_v) * (kTeam / lpr);
+        tiles += CeilDiv(B * D, s.rows_per_tile);
+      } else {
+        tiles += B * D * s.nchunks;
       }
+      if (bwd) floats += D * B * s.nchunks * (W + 1);
     } else if (path == kPathFastChannelLast) {
       constexpr int64_t kN = 4;
       const int64_t vb = kN * esize;
@@ -119,10 +129,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       s.vec = vec;
       s.nchunks = CeilDiv(L, kClRows * steps);
       tiles += B * s.nchunks * ndb;
-      if (bwd) {
-        counters += ndb;
-        floats += D * B * s.nchunks * (W + 1);
-      }
+      if (bwd) floats += D * B * s.nchunks * (W + 1);
     } else if (path == kPathGeneral) {
       tiles += CeilDiv(B * D * (L + W - 1), kGenBlock);
       if (bwd) floats += B * D * L;
@@ -133,8 +140,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->path = path;
   plan->num_segments = n;
   plan->total_tiles = tiles;
-  plan->counter_bytes = counters > 0 ? CeilDiv(counters * 4, 256) * 256 : 0;
-  plan->workspace_bytes = plan->counter_bytes + floats * 4;
+  plan->counter_bytes = 0;
+  plan->workspace_bytes = floats * 4;
   return hipSuccess;
 }
 
@@ -170,12 +177,6 @@ hipError_t Conv1dRun(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
       return hipErrorInvalidValue;
   }
   return static_cast<hipError_t>(err);
-}
-
-hipError_t Conv1dZeroWorkspace(void* workspace, int64_t workspace_bytes, hipStream_t stream) {
-  if (workspace_bytes <= 0) return hipSuccess;
-  if (workspace == nullptr) return hipErrorInvalidValue;
-  return hipMemsetAsync(workspace, 0, static_cast<size_t>(workspace_bytes), stream);
 }
 
 }  // namespace conv1d::kernels

@@ -21,16 +21,19 @@ enum Path : int32_t {
 // Channel-first fast path: a team of 32 lanes (half a wavefront on wave64
 // hardware) owns one chunk of one row; each lane holds `per_lane` vectors of
 // 16 bytes (or single elements on the scalar path).
+// Rows shorter than one vector per lane are packed several to a team
+// (rows_per_tile) so that each lane still has several loads in flight.
 inline constexpr int kTeam = 32;
 inline constexpr int kTeamsPerBlock = 8;
-inline constexpr int kMaxPerLane = 4;
+inline constexpr int kMaxPerLaneFwd = 4;
+inline constexpr int kMaxPerLaneBwd = 2;
 
 // Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
 // threads; each thread streams kClSteps* time steps of its channel vector.
 inline constexpr int kClCols = 32;
 inline constexpr int kClRows = 8;
-inline constexpr int kClStepsFwd = 16;
-inline constexpr int kClStepsBwd = 8;
+inline constexpr int kClStepsFwd = 8;
+inline constexpr int kClStepsBwd = 4;
 
 // General path and update: one thread per element (per row for update).
 inline constexpr int kGenBlock = 256;

@@ -12,15 +12,14 @@
 //      -> enqueues the kernels on `stream` and returns the runtime's error
 //      code of the launch (hipSuccess, or why it failed). Never throws.
 //
-// Workspace: `plan.workspace_bytes` of device memory, 256-byte aligned. Its
-// first `plan.counter_bytes` are arrival counters that must be zero before a
-// run; every run leaves them zero again, so zero a workspace buffer once when
-// it is allocated (Conv1dZeroWorkspace) and reuse it. One workspace must not
-// be used by two runs at the same time (use one per stream).
+// Workspace: `plan.workspace_bytes` of device memory (0 for forward and
+// update), 256-byte aligned, needing no initialisation. One workspace must
+// not be used by two runs at the same time (use one per stream or lane).
 //
-// Determinism: dweight/dbias are reduced in a fixed order (per-row partials
-// in the workspace, summed per segment in a fixed order by the last tile to
-// arrive), so results are bitwise reproducible run to run.
+// Determinism: dweight/dbias are reduced in a fixed order (per row-chunk
+// fp32 partials in the workspace, then a second small kernel that sums each
+// channel's partials of its own segment in index order), so results are
+// bitwise reproducible run to run and never mix segments.
 //
 // Thread-safety: every function is reentrant; Conv1dRun only reads `plan`
 // and the problem, and touches device memory through the stream.
@@ -53,9 +52,6 @@ hipError_t Conv1dPlan(const Conv1dProblem& problem, Conv1dSegment* host_segments
 hipError_t Conv1dRun(const Conv1dProblem& problem, const Conv1dPlanInfo& plan,
                      const Conv1dSegment* device_segments, void* workspace,
                      int64_t workspace_bytes, hipStream_t stream);
-
-// Zeroes a workspace buffer (once, after allocating it).
-hipError_t Conv1dZeroWorkspace(void* workspace, int64_t workspace_bytes, hipStream_t stream);
 
 }  // namespace conv1d::kernels
 

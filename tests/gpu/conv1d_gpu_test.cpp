@@ -257,8 +257,8 @@ TEST(Conv1dGpu, MisalignedPointersTakeScalarPath) {
   }
 }
 
-// dweight/dbias are bitwise equal across runs, and the workspace counters
-// reset themselves (repeated runs stay correct).
+// dweight/dbias are bitwise equal across runs (and across repeated runs on
+// one workspace).
 TEST(Conv1dGpu, DweightDeterministic) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
@@ -404,7 +404,6 @@ TEST(Conv1dHost, CanImplementRejectsBadArguments) {
   kernels::Conv1dPlanInfo plan;
   ASSERT_EQ(kernels::Conv1dPlan(q, &t, 1, &plan), hipSuccess);
   EXPECT_GT(plan.workspace_bytes, 0);
-  EXPECT_EQ(plan.counter_bytes % 256, 0);
 }
 
 }  // namespace
