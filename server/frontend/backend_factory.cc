@@ -7,11 +7,15 @@
 
 namespace conv1d {
 
-std::vector<std::string> BackendNames() { return {"auto", "cpu", "echo"}; }
+std::vector<std::string> BackendNames() {
+  if (GpuBackendBuilt()) return {"auto", "gpu", "cpu", "echo"};
+  return {"auto", "cpu", "echo"};
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendChoice& choice) {
   std::string name = choice.name;
-  if (name == "auto") name = "cpu";
+  if (name == "auto") name = VisibleGpuDevices() > 0 ? "gpu" : "cpu";
+  if (name == "gpu") return MakeGpuBackend(choice);
   if (name == "cpu") {
     CpuBackendOptions options;
     options.threads = choice.threads;
