@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/optional.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 #include "server/core/task.h"
 #include "server/frontend/status_mapping.h"
 
@@ -29,6 +32,27 @@ void FillInfo(const WeightSet& set, v1::WeightsInfo* info) {
   info->set_bytes(set.bytes());
 }
 
+// Parses the received bytes; INVALID_ARGUMENT when they are not a `message`.
+absl::Status Parse(const grpc::ByteBuffer& bytes, google::protobuf::Message* message) {
+  // The reader only reads the buffer, which gRPC owns.
+  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
+  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request: ", bytes.Length(), " bytes that do not parse as a ",
+                     message->GetDescriptor()->full_name()));
+  }
+  return absl::OkStatus();
+}
+
+// One compute call: the parsed request and the response the backend writes
+// into, owned together by the Task's keepalive.
+template <typename Request, typename Response>
+struct ComputeCall {
+  Request request;
+  Response response;
+  std::shared_ptr<const WeightSet> weights;
+};
+
 }  // namespace
 
 Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
@@ -44,172 +68,187 @@ void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
                            grpc::CallbackServerContext* context,
                            const char* method, absl::Time start,
                            int64_t bytes_received,
-                           const google::protobuf::Message* response,
-                           const absl::Status& status) {
-  const int64_t bytes_sent =
-      status.ok() && response != nullptr
-          ? static_cast<int64_t>(response->ByteSizeLong())
-          : 0;
+                           const google::protobuf::Message* message,
+                           grpc::ByteBuffer* response, absl::Status status,
+                           bool retry_hint) {
+  int64_t bytes_sent = 0;
+  if (status.ok() && message != nullptr) {
+    bool own_buffer = false;
+    grpc::Status s = grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
+        *message, response, &own_buffer);
+    if (s.ok()) {
+      bytes_sent = static_cast<int64_t>(response->Length());
+    } else {
+      status = absl::InternalError(absl::StrCat("response: ", s.error_message()));
+    }
+  }
   observer_->OnRequestDone(method, status.code(), absl::Now() - start,
                            bytes_received, bytes_sent);
-  AddRetryHint(status, context);
+  if (retry_hint) AddRetryHint(status, context);
   reactor->Finish(ToGrpcStatus(status));
 }
 
 template <typename Request, typename Response, typename Validate, typename Bind>
 grpc::ServerUnaryReactor* Conv1dService::Compute(
     const char* method, grpc::CallbackServerContext* context,
-    const Request* request, Response* response, Validate validate, Bind bind) {
+    const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+    Validate validate, Bind bind) {
   const absl::Time start = absl::Now();
   observer_->OnRequestStart(method);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const int64_t bytes_received = static_cast<int64_t>(request->ByteSizeLong());
-
-  ValidatedCall call;
-  absl::Status status = validate(*request, *registry_, options_.limits, &call);
-  if (!status.ok()) {
-    observer_->OnRejected(RejectReason::kInvalid);
-    Finish(reactor, context, method, start, bytes_received, nullptr, status);
+  const int64_t bytes_received = static_cast<int64_t>(request->Length());
+  auto fail = [&](RejectReason reason, const absl::Status& status) {
+    observer_->OnRejected(reason);
+    Finish(reactor, context, method, start, bytes_received, nullptr, response, status);
     return reactor;
-  }
-  status = CheckRequestSize(call, options_.limits);
-  RejectReason reason = RejectReason::kTooLarge;
-  if (status.ok()) {
-    status = backend_->CanServe(call.key, call.segment);
+  };
+
+  auto call = std::make_shared<ComputeCall<Request, Response>>();
+  absl::Status status = Parse(*request, &call->request);
+  if (!status.ok()) return fail(RejectReason::kInvalid, status);
+  ValidatedCall valid;
+  status = validate(call->request, *registry_, options_.limits, &valid);
+  if (!status.ok()) return fail(RejectReason::kInvalid, status);
+  status = CheckRequestSize(valid, options_.limits);
+  if (!status.ok()) return fail(RejectReason::kTooLarge, status);
+
+  // The only request-sized allocation: the response's output bytes, within
+  // the limit just checked. Backends check the bound outputs too.
+  bind(&valid, &call->response);
+  status = backend_->CanServe(valid.key, valid.segment);
+  if (!status.ok()) {
     // A backend's own shape rules count as invalid input; anything else
     // (pool capacity) as too large for this server.
-    if (absl::IsInvalidArgument(status)) reason = RejectReason::kInvalid;
+    return fail(absl::IsInvalidArgument(status) ? RejectReason::kInvalid
+                                                : RejectReason::kTooLarge,
+                status);
   }
-  if (!status.ok()) {
-    observer_->OnRejected(reason);
-    Finish(reactor, context, method, start, bytes_received, nullptr, status);
-    return reactor;
-  }
-
-  // The only request-sized allocation: the response's output bytes.
-  bind(&call, response);
 
   auto task = std::make_unique<Task>();
   task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
-  task->key = call.key;
-  task->segment = std::move(call.segment);
+  task->key = valid.key;
+  task->segment = std::move(valid.segment);
   task->deadline = DeadlineOf(*context);
   task->cancelled = [context] { return context->IsCancelled(); };
-  task->keepalive = std::move(call.weights);
-  task->on_done = [this, reactor, context, method, start, bytes_received,
+  call->weights = std::move(valid.weights);
+  // The task (and so `call`) lives until on_done has returned.
+  const Response* message = &call->response;
+  task->keepalive = std::move(call);
+  task->on_done = [this, reactor, context, method, start, bytes_received, message,
                    response](const absl::Status& done, const TaskTimings&) {
-    Finish(reactor, context, method, start, bytes_received, response, done);
+    Finish(reactor, context, method, start, bytes_received, message, response, done);
   };
   status = scheduler_->Submit(&task);
   if (!status.ok()) {
     // Still ours: on_done will not run. The scheduler has already reported
     // the rejection (queue full, draining) to the observer.
-    Finish(reactor, context, method, start, bytes_received, nullptr, status);
+    Finish(reactor, context, method, start, bytes_received, nullptr, response, status);
   }
   return reactor;
 }
 
-grpc::ServerUnaryReactor* Conv1dService::Forward(
-    grpc::CallbackServerContext* context, const v1::ForwardRequest* request,
-    v1::ForwardResponse* response) {
-  return Compute("Forward", context, request, response, ValidateForward,
-                 BindForwardResponse);
+template <typename Request, typename Response, typename Handle>
+grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
+                                                grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response,
+                                                Handle handle) {
+  const absl::Time start = absl::Now();
+  observer_->OnRequestStart(method);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  Request req;
+  Response resp;
+  absl::Status status = Parse(*request, &req);
+  if (status.ok()) {
+    status = handle(req, &resp);
+  }
+  if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
+  // A full weight registry does not empty by waiting: no retry hint.
+  Finish(reactor, context, method, start, static_cast<int64_t>(request->Length()),
+         &resp, response, status, /*retry_hint=*/false);
+  return reactor;
 }
 
-grpc::ServerUnaryReactor* Conv1dService::Backward(
-    grpc::CallbackServerContext* context, const v1::BackwardRequest* request,
-    v1::BackwardResponse* response) {
-  return Compute("Backward", context, request, response, ValidateBackward,
-                 BindBackwardResponse);
+grpc::ServerUnaryReactor* Conv1dService::Forward(grpc::CallbackServerContext* context,
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
+  return Compute<v1::ForwardRequest, v1::ForwardResponse>(
+      "Forward", context, request, response, ValidateForward, BindForwardResponse);
 }
 
-grpc::ServerUnaryReactor* Conv1dService::Update(
-    grpc::CallbackServerContext* context, const v1::UpdateRequest* request,
-    v1::UpdateResponse* response) {
-  return Compute("Update", context, request, response, ValidateUpdate,
-                 BindUpdateResponse);
+grpc::ServerUnaryReactor* Conv1dService::Backward(grpc::CallbackServerContext* context,
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  return Compute<v1::BackwardRequest, v1::BackwardResponse>(
+      "Backward", context, request, response, ValidateBackward, BindBackwardResponse);
+}
+
+grpc::ServerUnaryReactor* Conv1dService::Update(grpc::CallbackServerContext* context,
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
+  return Compute<v1::UpdateRequest, v1::UpdateResponse>(
+      "Update", context, request, response, ValidateUpdate, BindUpdateResponse);
 }
 
 grpc::ServerUnaryReactor* Conv1dService::RegisterWeights(
-    grpc::CallbackServerContext* context,
-    const v1::RegisterWeightsRequest* request,
-    v1::RegisterWeightsResponse* response) {
-  static constexpr char kMethod[] = "RegisterWeights";
-  const absl::Time start = absl::Now();
-  observer_->OnRequestStart(kMethod);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const int64_t bytes_received = static_cast<int64_t>(request->ByteSizeLong());
-  ValidatedWeights w;
-  absl::Status status = ValidateRegisterWeights(*request, options_.limits, &w);
-  if (!status.ok()) {
-    observer_->OnRejected(RejectReason::kInvalid);
-  } else {
-    // The registry owns its copy: the request is gone once the call ends.
-    absl::optional<std::string> bias;
-    if (w.has_bias) bias = request->bias().data();
-    absl::StatusOr<std::shared_ptr<const WeightSet>> set =
-        registry_->Register(request->name(), w.dtype, w.dim, w.width,
-                            request->weight().data(), std::move(bias),
-                            request->replace());
-    if (set.ok()) {
-      FillInfo(**set, response->mutable_info());
-    } else {
-      status = set.status();
-    }
-  }
-  Finish(reactor, context, kMethod, start, bytes_received, response, status);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Inline<v1::RegisterWeightsRequest, v1::RegisterWeightsResponse>(
+      "RegisterWeights", context, request, response,
+      [this](const v1::RegisterWeightsRequest& req, v1::RegisterWeightsResponse* resp) {
+        ValidatedWeights w;
+        absl::Status status = ValidateRegisterWeights(req, options_.limits, &w);
+        if (!status.ok()) return status;
+        // The registry keeps its own copy: the request ends with the call.
+        absl::optional<std::string> bias;
+        if (w.has_bias) bias = req.bias().data();
+        absl::StatusOr<std::shared_ptr<const WeightSet>> set =
+            registry_->Register(req.name(), w.dtype, w.dim, w.width, req.weight().data(),
+                                std::move(bias), req.replace());
+        if (!set.ok()) return set.status();
+        FillInfo(**set, resp->mutable_info());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* Conv1dService::UnregisterWeights(
-    grpc::CallbackServerContext* context,
-    const v1::UnregisterWeightsRequest* request,
-    v1::UnregisterWeightsResponse* response) {
-  static constexpr char kMethod[] = "UnregisterWeights";
-  const absl::Time start = absl::Now();
-  observer_->OnRequestStart(kMethod);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = WeightRegistry::ValidateName(request->name());
-  if (status.ok()) status = registry_->Unregister(request->name());
-  Finish(reactor, context, kMethod, start,
-         static_cast<int64_t>(request->ByteSizeLong()), response, status);
-  return reactor;
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Inline<v1::UnregisterWeightsRequest, v1::UnregisterWeightsResponse>(
+      "UnregisterWeights", context, request, response,
+      [this](const v1::UnregisterWeightsRequest& req, v1::UnregisterWeightsResponse*) {
+        absl::Status status = WeightRegistry::ValidateName(req.name());
+        if (!status.ok()) return status;
+        return registry_->Unregister(req.name());
+      });
 }
 
-grpc::ServerUnaryReactor* Conv1dService::ListWeights(
-    grpc::CallbackServerContext* context, const v1::ListWeightsRequest* request,
-    v1::ListWeightsResponse* response) {
-  static constexpr char kMethod[] = "ListWeights";
-  const absl::Time start = absl::Now();
-  observer_->OnRequestStart(kMethod);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  for (const std::shared_ptr<const WeightSet>& set : registry_->List()) {
-    FillInfo(*set, response->add_weights());
-  }
-  Finish(reactor, context, kMethod, start,
-         static_cast<int64_t>(request->ByteSizeLong()), response,
-         absl::OkStatus());
-  return reactor;
+grpc::ServerUnaryReactor* Conv1dService::ListWeights(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response) {
+  return Inline<v1::ListWeightsRequest, v1::ListWeightsResponse>(
+      "ListWeights", context, request, response,
+      [this](const v1::ListWeightsRequest&, v1::ListWeightsResponse* resp) {
+        for (const std::shared_ptr<const WeightSet>& set : registry_->List()) {
+          FillInfo(*set, resp->add_weights());
+        }
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* Conv1dService::ServerInfo(
-    grpc::CallbackServerContext* context, const v1::ServerInfoRequest* request,
-    v1::ServerInfoResponse* response) {
-  static constexpr char kMethod[] = "ServerInfo";
-  const absl::Time start = absl::Now();
-  observer_->OnRequestStart(kMethod);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  response->set_version(options_.version);
-  response->set_backend(backend_->name());
-  for (const std::string& device : backend_->devices()) {
-    response->add_devices(device);
-  }
-  response->set_max_width(options_.limits.max_width);
-  response->set_max_request_bytes(options_.limits.max_request_bytes);
-  Finish(reactor, context, kMethod, start,
-         static_cast<int64_t>(request->ByteSizeLong()), response,
-         absl::OkStatus());
-  return reactor;
+grpc::ServerUnaryReactor* Conv1dService::ServerInfo(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return Inline<v1::ServerInfoRequest, v1::ServerInfoResponse>(
+      "ServerInfo", context, request, response,
+      [this](const v1::ServerInfoRequest&, v1::ServerInfoResponse* resp) {
+        resp->set_version(options_.version);
+        resp->set_backend(backend_->name());
+        for (const std::string& device : backend_->devices()) resp->add_devices(device);
+        resp->set_max_width(options_.limits.max_width);
+        resp->set_max_request_bytes(options_.limits.max_request_bytes);
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace conv1d

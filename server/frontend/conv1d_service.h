@@ -1,13 +1,16 @@
 // Conv1dService: the gRPC callback-API implementation of conv1d.v1.Conv1d.
 //
-// Forward, Backward and Update validate the request (validation.h), size the
-// response, and submit a Task whose views point into the request and the
-// response; the handler returns at once and the call is finished from the
-// Task's on_done on a scheduler lane thread, so no reactor ever blocks on
-// compute. gRPC keeps the request and response alive until the call is
-// finished, and the call is finished only after the backend has written its
-// outputs, which is what makes the zero-copy views safe. A registered weight
-// set is held by the Task's keepalive.
+// Methods are registered raw (ByteBuffer in, ByteBuffer out) so that the
+// service parses requests itself: a message that does not parse is answered
+// INVALID_ARGUMENT by us, not an opaque code by the library, and the parsed
+// request and its response are owned by the call, i.e. by the Task's
+// keepalive (with the registered weight set the request named).
+//
+// Forward, Backward and Update parse and validate the request
+// (validation.h), size the response, and submit a Task whose views point
+// into that request and response; the handler returns at once and the call
+// is finished from the Task's on_done on a scheduler lane thread (which
+// serializes the response), so no reactor ever blocks on compute.
 //
 // The registry RPCs (RegisterWeights, UnregisterWeights, ListWeights) and
 // ServerInfo are answered inline: they touch only host memory.
@@ -47,52 +50,70 @@ struct ServiceOptions {
   std::string version;
 };
 
-class Conv1dService final : public v1::Conv1d::CallbackService {
+// Every method of conv1d.v1.Conv1d as a raw callback method.
+using RawConv1dService = v1::Conv1d::WithRawCallbackMethod_Forward<
+    v1::Conv1d::WithRawCallbackMethod_Backward<v1::Conv1d::WithRawCallbackMethod_Update<
+        v1::Conv1d::WithRawCallbackMethod_RegisterWeights<
+            v1::Conv1d::WithRawCallbackMethod_UnregisterWeights<
+                v1::Conv1d::WithRawCallbackMethod_ListWeights<
+                    v1::Conv1d::WithRawCallbackMethod_ServerInfo<v1::Conv1d::Service>>>>>>>;
+
+class Conv1dService final : public RawConv1dService {
  public:
   // REQUIRES: every pointer non-null and outliving the service.
   Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
                 WeightRegistry* registry, Backend* backend, Observer* observer);
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
-                                    const v1::ForwardRequest* request,
-                                    v1::ForwardResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Backward(grpc::CallbackServerContext* context,
-                                     const v1::BackwardRequest* request,
-                                     v1::BackwardResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Update(grpc::CallbackServerContext* context,
-                                   const v1::UpdateRequest* request,
-                                   v1::UpdateResponse* response) override;
-  grpc::ServerUnaryReactor* RegisterWeights(
-      grpc::CallbackServerContext* context,
-      const v1::RegisterWeightsRequest* request,
-      v1::RegisterWeightsResponse* response) override;
-  grpc::ServerUnaryReactor* UnregisterWeights(
-      grpc::CallbackServerContext* context,
-      const v1::UnregisterWeightsRequest* request,
-      v1::UnregisterWeightsResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* RegisterWeights(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UnregisterWeights(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListWeights(grpc::CallbackServerContext* context,
-                                        const v1::ListWeightsRequest* request,
-                                        v1::ListWeightsResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ServerInfo(grpc::CallbackServerContext* context,
-                                       const v1::ServerInfoRequest* request,
-                                       v1::ServerInfoResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
 
  private:
-  // Validates, binds and submits one compute call; `validate` and `bind` are
-  // the op's functions from validation.h.
+  // Parses, validates, binds and submits one compute call; `validate` and
+  // `bind` are the op's functions from validation.h.
   template <typename Request, typename Response, typename Validate, typename Bind>
   grpc::ServerUnaryReactor* Compute(const char* method,
                                     grpc::CallbackServerContext* context,
-                                    const Request* request, Response* response,
-                                    Validate validate, Bind bind);
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response, Validate validate,
+                                    Bind bind);
 
-  // Reports the outcome and finishes the call. After this returns, the
-  // request, response and context may be gone.
+  // Parses and answers a call handled inline: `handle` fills the response
+  // message or returns an error.
+  template <typename Request, typename Response, typename Handle>
+  grpc::ServerUnaryReactor* Inline(const char* method,
+                                   grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response, Handle handle);
+
+  // Serializes `message` (when `status` is OK) into `response`, reports the
+  // outcome and finishes the call, with a retry hint for retryable errors
+  // when `retry_hint` (compute calls: a full queue empties). After this
+  // returns, the context and the buffers may be gone.
   void Finish(grpc::ServerUnaryReactor* reactor,
               grpc::CallbackServerContext* context, const char* method,
               absl::Time start, int64_t bytes_received,
-              const google::protobuf::Message* response,
-              const absl::Status& status);
+              const google::protobuf::Message* message,
+              grpc::ByteBuffer* response, absl::Status status,
+              bool retry_hint = true);
 
   const ServiceOptions options_;
   Scheduler* const scheduler_;

@@ -65,6 +65,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   std::unique_ptr<Server> server(new Server());
   server->drain_grace_ = options.drain_grace;
 
+  // The observer exists before the backend so that a backend can report
+  // from its start; it learns the backend's name once that exists.
+  PrometheusObserver* metrics = nullptr;
+  if (options.observer != nullptr) {
+    server->observer_ = options.observer;
+  } else if (!options.metrics_listen_address.empty()) {
+    MetricsOptions metrics_options;
+    metrics_options.listen_address = options.metrics_listen_address;
+    metrics_options.version = CONV1D_VERSION;
+    metrics_options.git_sha = CONV1D_GIT_SHA;
+    absl::StatusOr<std::unique_ptr<PrometheusObserver>> prom =
+        PrometheusObserver::Create(metrics_options);
+    if (!prom.ok()) return prom.status();
+    metrics = prom->get();
+    server->metrics_port_ = metrics->bound_port();
+    server->owned_observer_ = std::move(*prom);
+    server->observer_ = metrics;
+  } else {
+    server->owned_observer_ = std::make_unique<NoopObserver>();
+    server->observer_ = server->owned_observer_.get();
+  }
+
   if (options.backend_instance != nullptr) {
     server->backend_ = std::move(options.backend_instance);
   } else {
@@ -72,25 +94,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     if (!backend.ok()) return backend.status();
     server->backend_ = std::move(*backend);
   }
-
-  if (options.observer != nullptr) {
-    server->observer_ = options.observer;
-  } else if (!options.metrics_listen_address.empty()) {
-    MetricsOptions metrics;
-    metrics.listen_address = options.metrics_listen_address;
-    metrics.version = CONV1D_VERSION;
-    metrics.git_sha = CONV1D_GIT_SHA;
-    metrics.backend = server->backend_->name();
-    metrics.devices = server->backend_->devices();
-    absl::StatusOr<std::unique_ptr<PrometheusObserver>> prom =
-        PrometheusObserver::Create(metrics);
-    if (!prom.ok()) return prom.status();
-    server->metrics_port_ = (*prom)->bound_port();
-    server->owned_observer_ = std::move(*prom);
-    server->observer_ = server->owned_observer_.get();
-  } else {
-    server->owned_observer_ = std::make_unique<NoopObserver>();
-    server->observer_ = server->owned_observer_.get();
+  if (metrics != nullptr) {
+    metrics->SetBuildInfo(server->backend_->name(), server->backend_->devices());
   }
 
   server->registry_ =
@@ -173,7 +178,9 @@ void Server::Shutdown(absl::Time deadline) {
   // Stops accepting; waits for in-flight calls until the deadline, then
   // cancels them (the scheduler drops cancelled tasks before compute).
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  spdlog::debug("gRPC listener closed, every call finished");
   scheduler_->Shutdown(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  spdlog::debug("scheduler drained");
   grpc_server_->Wait();
   const SchedulerStats stats = scheduler_->stats();
   spdlog::info("drained: {} completed, {} dropped (deadline {}, cancelled {}, shutdown {}), {} failed",
