@@ -3,7 +3,9 @@
 // Parses flags, builds a conv1d::Server, logs one startup line and waits for
 // SIGTERM or SIGINT, which drain the server (health NOT_SERVING, stop
 // accepting, finish in-flight calls) and exit 0 within --drain_timeout_s.
-// A second signal during the drain exits at once with status 1.
+// A second signal during the drain exits at once with status 1, and so does
+// a drain still running 10 s past --drain_timeout_s (a batch stuck in the
+// backend).
 // Exit status 2: an invalid flag value; 1: the server could not start.
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "server/frontend/server.h"
 #include "spdlog/spdlog.h"
@@ -31,11 +35,21 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8002",
           "host:port of the Prometheus /metrics endpoint; empty disables it");
 ABSL_FLAG(std::string, backend, "auto",
-          "compute backend: auto (GPU when present, else CPU), cpu or echo "
-          "(no compute; copies inputs to outputs)");
+          "compute backend: auto (gpu when this build has it and a device is "
+          "visible, else cpu), gpu, cpu or echo (no compute; copies inputs to "
+          "outputs)");
 ABSL_FLAG(int32_t, threads, 0, "CPU backend compute threads; 0 = every core");
 ABSL_FLAG(int32_t, lanes, 0,
-          "batches in flight at once (scheduler lanes); 0 = the backend's default");
+          "batches in flight at once (scheduler lanes; per device for gpu); "
+          "0 = the backend's default (cpu 2, gpu 4 per device)");
+ABSL_FLAG(std::string, devices, "",
+          "gpu backend: comma list of device indices to use; empty = all visible");
+ABSL_FLAG(int64_t, lane_buffer_bytes, 0,
+          "gpu backend: pinned staging and device buffer per lane; a larger "
+          "request is split along B; 0 = 1/64 of device memory, 64 MiB..1 GiB");
+ABSL_FLAG(int64_t, weight_cache_bytes, 0,
+          "gpu backend: device memory per device for registered weights; "
+          "0 = 1/32 of device memory, at most 4 GiB");
 ABSL_FLAG(int64_t, max_batch_bytes, int64_t{256} << 20,
           "bytes (inputs plus outputs) per fused batch; a larger request runs alone");
 ABSL_FLAG(int32_t, max_batch_requests, 64,
@@ -153,6 +167,15 @@ int main(int argc, char** argv) {
   options.backend.name = absl::GetFlag(FLAGS_backend);
   options.backend.threads = absl::GetFlag(FLAGS_threads);
   options.backend.lanes = absl::GetFlag(FLAGS_lanes);
+  options.backend.lane_buffer_bytes = absl::GetFlag(FLAGS_lane_buffer_bytes);
+  options.backend.weight_cache_bytes = absl::GetFlag(FLAGS_weight_cache_bytes);
+  for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty())) {
+    int index = 0;
+    if (!absl::SimpleAtoi(d, &index) || index < 0) {
+      return UsageError(absl::StrCat("--devices: '", d, "' is not a device index"));
+    }
+    options.backend.devices.push_back(index);
+  }
   options.scheduler.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
   options.scheduler.max_batch_requests = absl::GetFlag(FLAGS_max_batch_requests);
   options.scheduler.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
@@ -199,6 +222,15 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }).detach();
 
+  // Calls still running at the deadline are cancelled, but a batch already
+  // inside the backend cannot be; this bounds the exit even then.
+  const absl::Duration hard_limit = absl::Seconds(drain_timeout_s) + absl::Seconds(10);
+  std::thread([hard_limit] {
+    absl::SleepFor(hard_limit);
+    spdlog::error("drain still running after {}; exiting now",
+                  absl::FormatDuration(hard_limit));
+    std::_Exit(1);
+  }).detach();
   (*server)->Shutdown(absl::Now() + absl::Seconds(drain_timeout_s));
   server->reset();
   spdlog::info("stopped");

@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (options.backend_instance != nullptr) {
     server->backend_ = std::move(options.backend_instance);
   } else {
+    options.backend.observer = server->observer_;
     absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(options.backend);
     if (!backend.ok()) return backend.status();
     server->backend_ = std::move(*backend);
