@@ -1,8 +1,10 @@
 // Internals of the CPU conv1d implementation, shared by its per-op files
-// (cpu_conv_forward.cc, cpu_conv_backward.cc, cpu_conv_update.cc): the flat
-// parameter block, vectorisable dtype conversions of whole rows, and a
-// vectorisable exp for SiLU. Not part of the public API; only cpu_conv.cc
-// and the tests include it. Pure functions and plain values: thread-safe.
+// (cpu_conv_{forward,backward,update}.inc, compiled once per instruction set
+// by cpu_conv_{baseline,avx2,avx512}.cc): the flat parameter block, the
+// per-ISA kernel table and its run-time choice, and branchless scalar dtype
+// conversions. Not part of the public API; only cpu_conv.cc, the benchmark
+// and the tests include it. Thread-safe: pure functions, plain values, and
+// an atomic choice of kernels.
 #ifndef CONV1D_SERVER_BACKENDS_CPU_CPU_CONV_INTERNAL_H_
 #define CONV1D_SERVER_BACKENDS_CPU_CPU_CONV_INTERNAL_H_
 
@@ -50,6 +52,38 @@ struct ConvParams {
   void* dbias = nullptr;
 };
 
+// The whole implementation, compiled once per instruction set
+// (cpu_conv_{baseline,avx2,avx512}.cc) and chosen at run time.
+enum class Isa : uint8_t { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+inline constexpr int kNumIsas = 3;
+
+const char* IsaName(Isa isa);
+
+struct IsaKernels {
+  void (*forward_channel_first)(const ConvParams& p, ThreadPool* pool);
+  void (*forward_channel_last)(const ConvParams& p, ThreadPool* pool);
+  void (*backward_channel_first)(const ConvParams& p, ThreadPool* pool);
+  void (*backward_channel_last)(const ConvParams& p, ThreadPool* pool);
+  void (*update)(const ConvParams& p, bool channel_last, ThreadPool* pool);
+  // Row conversions as the passes above use them (exposed for checks).
+  void (*load_row)(DType t, const void* base, int64_t offset, int64_t n, float* dst);
+  void (*store_row)(DType t, void* base, int64_t offset, int64_t n, const float* src);
+};
+
+// Null when `isa` was not compiled in (non-x86 hosts) or this CPU lacks it.
+const IsaKernels* KernelsFor(Isa isa);
+
+// The best ISA this CPU runs, unless CONV1D_CPU_ISA=baseline|avx2|avx512
+// asks for a lower one. Decided on first use.
+Isa DefaultIsa();
+
+// Kernels used by the entry points below: DefaultIsa() unless SetActiveIsa
+// chose another. Thread-safe (an atomic pointer).
+const IsaKernels& ActiveKernels();
+Isa ActiveIsa();
+// For benchmarks and tests: false (and no change) when `isa` is unavailable.
+bool SetActiveIsa(Isa isa);
+
 void ForwardChannelFirst(const ConvParams& p, ThreadPool* pool);
 void ForwardChannelLast(const ConvParams& p, ThreadPool* pool);
 void BackwardChannelFirst(const ConvParams& p, ThreadPool* pool);
@@ -95,141 +129,6 @@ inline uint16_t FloatToHalfBranchless(float f) {
   r = abs >= 0x477ff000u ? 0x7c00u : r;
   r = abs > 0x7f800000u ? 0x7e00u : r;
   return static_cast<uint16_t>(r | sign);
-}
-
-// Loads n elements starting at element `offset` of a buffer of dtype T.
-template <DType T>
-inline void LoadRow(const void* base, int64_t offset, int64_t n, float* dst) {
-  if constexpr (T == DType::kF32) {
-    std::memcpy(dst, static_cast<const float*>(base) + offset, n * sizeof(float));
-  } else {
-    const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (T == DType::kF16) {
-        dst[i] = HalfToFloatBranchless(src[i]);
-      } else {
-        dst[i] = AsFloat(static_cast<uint32_t>(src[i]) << 16);
-      }
-    }
-  }
-}
-
-template <DType T>
-inline void StoreRow(void* base, int64_t offset, int64_t n, const float* src) {
-  if constexpr (T == DType::kF32) {
-    std::memcpy(static_cast<float*>(base) + offset, src, n * sizeof(float));
-  } else {
-    uint16_t* dst = static_cast<uint16_t*>(base) + offset;
-    for (int64_t i = 0; i < n; ++i) {
-      if constexpr (T == DType::kF16) {
-        dst[i] = FloatToHalfBranchless(src[i]);
-      } else {
-        dst[i] = FloatToBF16(src[i]);
-      }
-    }
-  }
-}
-
-// exp(x) within ~2 ulp for the range that matters to a sigmoid, branchless
-// so that SiLU loops vectorise (std::exp does not). Inputs are clamped to
-// [-86, 88], where the result is still a normal float.
-inline float ExpApprox(float x) {
-  x = std::min(88.0f, std::max(-86.0f, x));
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;
-  constexpr float kLn2Lo = 1.428606765330187e-06f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: rounds to integer
-  const float n = (x * kLog2e + kRound) - kRound;
-  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t e = static_cast<int32_t>(n) + 127;
-  return p * AsFloat(static_cast<uint32_t>(e) << 23);
-}
-
-inline float Sigmoid(float z) { return 1.0f / (1.0f + ExpApprox(-z)); }
-
-// SiLU applied in place to n pre-activations.
-inline void SiluInPlace(float* z, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) z[i] = z[i] * Sigmoid(z[i]);
-}
-
-// dout scaled by SiLU's derivative at z: g = dout * s * (1 + z * (1 - s)).
-inline float SiluGrad(float z, float dout) {
-  const float s = Sigmoid(z);
-  return dout * s * (1.0f + z * (1.0f - s));
-}
-
-// out[i] = bias + Σ_k w[k]·in[i+k] for i < n.
-template <int kW>
-inline void ConvolveRow(const float* in, const float* w, int64_t width, float bias,
-                        int64_t n, float* out) {
-  if constexpr (kW == 1) {
-    for (int64_t i = 0; i < n; ++i) out[i] = bias + w[0] * in[i];
-  } else if constexpr (kW == 2) {
-    for (int64_t i = 0; i < n; ++i) out[i] = bias + w[0] * in[i] + w[1] * in[i + 1];
-  } else if constexpr (kW == 3) {
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = bias + w[0] * in[i] + w[1] * in[i + 1] + w[2] * in[i + 2];
-  } else if constexpr (kW == 4) {
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = bias + w[0] * in[i] + w[1] * in[i + 1] + w[2] * in[i + 2] +
-               w[3] * in[i + 3];
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = bias;
-    for (int64_t k = 0; k < width; ++k) {
-      const float wk = w[k];
-      const float* src = in + k;
-      for (int64_t i = 0; i < n; ++i) out[i] += wk * src[i];
-    }
-  }
-}
-
-// Channel-last: out[c] = bias[c] + Σ_k w[k][c]·in[i+k][c], D innermost.
-template <int kW>
-inline void ConvolveStep(const float* in, int64_t in_stride, const float* w,
-                         int64_t w_stride, int64_t width, const float* bias,
-                         int64_t dc, float* out) {
-  if constexpr (kW >= 1 && kW <= 4) {
-    const float* r0 = in;
-    const float* r1 = in + in_stride;
-    const float* r2 = in + 2 * in_stride;
-    const float* r3 = in + 3 * in_stride;
-    const float* w0 = w;
-    const float* w1 = w + w_stride;
-    const float* w2 = w + 2 * w_stride;
-    const float* w3 = w + 3 * w_stride;
-    for (int64_t c = 0; c < dc; ++c) {
-      float acc = bias[c] + w0[c] * r0[c];
-      if constexpr (kW >= 2) acc += w1[c] * r1[c];
-      if constexpr (kW >= 3) acc += w2[c] * r2[c];
-      if constexpr (kW >= 4) acc += w3[c] * r3[c];
-      out[c] = acc;
-    }
-  } else {
-    for (int64_t c = 0; c < dc; ++c) out[c] = bias[c];
-    for (int64_t k = 0; k < width; ++k) {
-      const float* wk = w + k * w_stride;
-      const float* rk = in + k * in_stride;
-      for (int64_t c = 0; c < dc; ++c) out[c] += wk[c] * rk[c];
-    }
-  }
-}
-
-// Dispatches a functor templated on the activation dtype.
-template <template <DType> class Fn, typename... Args>
-void DispatchDType(DType t, Args&&... args) {
-  switch (t) {
-    case DType::kF32: Fn<DType::kF32>::Run(args...); break;
-    case DType::kF16: Fn<DType::kF16>::Run(args...); break;
-    case DType::kBF16: Fn<DType::kBF16>::Run(args...); break;
-  }
 }
 
 }  // namespace conv1d::cpu_internal
