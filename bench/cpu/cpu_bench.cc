@@ -4,10 +4,17 @@
 // Bytes counted: forward x + y, backward x + dout + dx (weights, states and
 // dweight are negligible). memcpy moves the same number of bytes (half read,
 // half written) on the same thread pool. Each figure is the median of --runs
-// timed runs after a warm-up, on fresh random inputs. Writes
-// bench/results/cpu-<host>-<YYYY-MM-DD>.csv and prints a table.
+// timed runs after a warm-up, on fresh random inputs. --isa=all times every
+// instruction set this CPU runs (baseline, avx2, avx512) back to back on the
+// same inputs, beside one memcpy figure. Writes
+// bench/results/cpu-<host>-<YYYY-MM-DD>.csv (with the 1-minute load average
+// per row: the figures mean little on a loaded machine) and prints a table.
+// --check first verifies every ISA's row conversions bit for bit against
+// server/core/dtype.h (all 16-bit codes and a sweep of fp32 values).
 //
 // Usage: conv1d_cpu_bench [--runs=N] [--threads=N] [--out_dir=DIR] [--quick]
+//                         [--isa=best|baseline|avx2|avx512|all] [--check]
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +27,7 @@
 #include <vector>
 
 #include "server/backends/cpu/cpu_conv.h"
+#include "server/backends/cpu/cpu_conv_internal.h"
 #include "server/backends/cpu/thread_pool.h"
 
 namespace conv1d {
@@ -69,6 +77,53 @@ double MemcpySeconds(ThreadPool* pool, int64_t bytes_moved, int runs) {
   return Median(t);
 }
 
+double LoadAverage() {
+  double load[1] = {-1.0};
+  return getloadavg(load, 1) == 1 ? load[0] : -1.0;
+}
+
+// Bit-exact agreement of one ISA's row conversions with dtype.h. Rows start
+// at odd offsets and have odd lengths so that vector bodies and tails both run.
+bool CheckConversions(cpu_internal::Isa isa) {
+  const cpu_internal::IsaKernels* k = cpu_internal::KernelsFor(isa);
+  int64_t bad = 0;
+  std::vector<uint16_t> codes(65536 + 3);
+  for (int64_t i = 0; i < 65536; ++i) codes[i + 3] = static_cast<uint16_t>(i);
+  std::vector<float> f(codes.size());
+  std::vector<uint16_t> back(codes.size());
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    k->load_row(t, codes.data(), 3, 65536, f.data() + 3);
+    for (int64_t i = 0; i < 65536; ++i) {
+      const float want = LoadAsFloat(codes.data(), t, i + 3);
+      if (std::memcmp(&want, &f[i + 3], 4) != 0) ++bad;
+    }
+  }
+  // fp32 sweep: a stride of 2^14 + 1 through all bit patterns, each with
+  // neighbours at the 16-bit rounding boundaries: subnormals, ties,
+  // overflow, Inf and NaN payloads of both signs.
+  std::vector<float> vals;
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += (uint64_t{1} << 14) + 1) {
+    for (uint32_t d : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x7fffu, 0x8000u, 0x8001u}) {
+      const uint32_t bits = static_cast<uint32_t>(u) + d;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      vals.push_back(v);
+    }
+  }
+  vals.push_back(0.0f);
+  std::vector<uint16_t> out(vals.size() + 1);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    k->store_row(t, out.data(), 1, static_cast<int64_t>(vals.size()), vals.data());
+    for (size_t i = 0; i < vals.size(); ++i) {
+      const uint16_t w = t == DType::kF16 ? FloatToHalf(vals[i]) : FloatToBF16(vals[i]);
+      if (w != out[i + 1]) ++bad;
+    }
+  }
+  std::printf("conversion check %-8s %s (%lld mismatches)\n", cpu_internal::IsaName(isa),
+              bad == 0 ? "ok" : "FAILED", static_cast<long long>(bad));
+  return bad == 0;
+}
+
 std::string Today() {
   const std::time_t now = std::time(nullptr);
   char buf[16];
@@ -84,7 +139,8 @@ std::string Host() {
 
 int Main(int argc, char** argv) {
   int runs = 7, threads = 0;
-  bool quick = false;
+  bool quick = false, check = false;
+  std::string isa_flag = "best";
   std::string out_dir = CONV1D_BENCH_RESULTS_DIR;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -92,10 +148,31 @@ int Main(int argc, char** argv) {
     else if (a.rfind("--threads=", 0) == 0) threads = std::atoi(a.c_str() + 10);
     else if (a.rfind("--out_dir=", 0) == 0) out_dir = a.substr(10);
     else if (a == "--quick") quick = true;
+    else if (a == "--check") check = true;
+    else if (a.rfind("--isa=", 0) == 0) isa_flag = a.substr(6);
     else {
-      std::fprintf(stderr, "usage: %s [--runs=N] [--threads=N] [--out_dir=DIR] [--quick]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--runs=N] [--threads=N] [--out_dir=DIR] [--quick] "
+                   "[--isa=best|baseline|avx2|avx512|all] [--check]\n",
+                   argv[0]);
       return 2;
     }
+  }
+  std::vector<cpu_internal::Isa> isas;
+  for (int i = 0; i < cpu_internal::kNumIsas; ++i) {
+    const auto isa = static_cast<cpu_internal::Isa>(i);
+    if (cpu_internal::KernelsFor(isa) == nullptr) continue;
+    if (isa_flag == "all" || isa_flag == cpu_internal::IsaName(isa)) isas.push_back(isa);
+  }
+  if (isa_flag == "best") isas = {cpu_internal::DefaultIsa()};
+  if (isas.empty()) {
+    std::fprintf(stderr, "--isa=%s is not available on this CPU\n", isa_flag.c_str());
+    return 2;
+  }
+  if (check) {
+    bool ok = true;
+    for (cpu_internal::Isa isa : isas) ok = CheckConversions(isa) && ok;
+    if (!ok) return 1;
   }
   auto pool_or = ThreadPool::Create(ThreadPoolOptions{.threads = threads});
   if (!pool_or.ok()) {
@@ -113,11 +190,12 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "cannot write %s\n", path.c_str());
     return 1;
   }
-  std::fprintf(csv, "case,dtype,op,median_ms,gbps,memcpy_gbps,pct_of_memcpy\n");
-  std::printf("CPU backend, %d threads, W=4 SiLU bias, channel-first, median of %d runs\n",
-              pool->num_threads(), runs);
-  std::printf("%-12s %-5s %-8s %10s %8s %12s %8s\n", "case", "dtype", "op", "median_ms", "GB/s",
-              "memcpy_GB/s", "%memcpy");
+  std::fprintf(csv, "case,dtype,op,median_ms,gbps,memcpy_gbps,pct_of_memcpy,isa,load_avg_1m\n");
+  std::printf("CPU backend, %d threads, W=4 SiLU bias, channel-first, median of %d runs, "
+              "load average %.2f\n",
+              pool->num_threads(), runs, LoadAverage());
+  std::printf("%-12s %-5s %-8s %-8s %10s %8s %12s %8s %6s\n", "case", "dtype", "op", "isa",
+              "median_ms", "GB/s", "memcpy_GB/s", "%memcpy", "load");
   for (const Case& c : cases) {
     for (DType xt : {DType::kF32, DType::kBF16}) {
       for (Op op : {Op::kForward, Op::kBackward}) {
@@ -141,21 +219,28 @@ int Main(int argc, char** argv) {
         p.AllocateOutputs();
         const ConvSegment seg = p.Segment();
         const int64_t bytes = n * DTypeSize(xt) * (op == Op::kForward ? 2 : 3);
-        if (!CpuConvSegment(key, seg, pool).ok()) return 1;  // warm-up
-        std::vector<double> t;
-        for (int r = 0; r < runs; ++r) {
-          const auto a = std::chrono::steady_clock::now();
-          if (!CpuConvSegment(key, seg, pool).ok()) return 1;
-          t.push_back(Seconds(a, std::chrono::steady_clock::now()));
-        }
-        const double sec = Median(t);
-        const double gbps = bytes / sec / 1e9;
         const double mem_gbps = bytes / MemcpySeconds(pool, bytes, runs) / 1e9;
-        const double pct = 100.0 * gbps / mem_gbps;
-        std::printf("%-12s %-5s %-8s %10.2f %8.2f %12.2f %7.1f%%\n", c.name, DTypeName(xt),
-                    OpName(op), sec * 1e3, gbps, mem_gbps, pct);
-        std::fprintf(csv, "%s,%s,%s,%.3f,%.3f,%.3f,%.1f\n", c.name, DTypeName(xt), OpName(op),
-                     sec * 1e3, gbps, mem_gbps, pct);
+        for (cpu_internal::Isa isa : isas) {
+          cpu_internal::SetActiveIsa(isa);
+          if (!CpuConvSegment(key, seg, pool).ok()) return 1;  // warm-up
+          std::vector<double> t;
+          for (int r = 0; r < runs; ++r) {
+            const auto a = std::chrono::steady_clock::now();
+            if (!CpuConvSegment(key, seg, pool).ok()) return 1;
+            t.push_back(Seconds(a, std::chrono::steady_clock::now()));
+          }
+          const double sec = Median(t);
+          const double gbps = bytes / sec / 1e9;
+          const double pct = 100.0 * gbps / mem_gbps;
+          const double load = LoadAverage();
+          std::printf("%-12s %-5s %-8s %-8s %10.2f %8.2f %12.2f %7.1f%% %6.2f\n", c.name,
+                      DTypeName(xt), OpName(op), cpu_internal::IsaName(isa), sec * 1e3, gbps,
+                      mem_gbps, pct, load);
+          std::fprintf(csv, "%s,%s,%s,%.3f,%.3f,%.3f,%.1f,%s,%.2f\n", c.name, DTypeName(xt),
+                       OpName(op), sec * 1e3, gbps, mem_gbps, pct, cpu_internal::IsaName(isa),
+                       load);
+        }
+        cpu_internal::SetActiveIsa(cpu_internal::DefaultIsa());
       }
     }
   }
