@@ -24,7 +24,7 @@ __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
 // vector with W-1 to the right (halos hit L1), so it can compute g on
 // pos .. pos+N+W-2 and dx on pos .. pos+N-1 without talking to other lanes.
 template <class T, int N, int W>
-__device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegment& seg,
+__device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
   constexpr int kMax = detail::kMaxPerLaneBwd;
@@ -184,6 +184,242 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
   }
 }
 
+// Vector path (N >= W-1): as bwd_cf_team_loads, but the left x halo comes
+// from the previous lane and the right g halo (g at pos+N .. pos+N+W-2)
+// from the next lane by shuffle, so g is computed once per element. Only
+// the lane ending a chunk computes its W-1 right-halo g values itself.
+template <class T, int N, int W, bool kMulti>
+__device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegment& seg,
+                                            int64_t local, int lane) {
+  using S = typename T::S;
+  constexpr int kMax = detail::kMaxPerLaneBwd;
+  constexpr int kH = W - 1;
+  static_assert(N >= kH, "vector path needs N >= W-1");
+  const int64_t L = seg.seqlen;
+  const int64_t B = seg.batch;
+  const int64_t nrows = B * p.dim;
+  const S* x = static_cast<const S*>(seg.x);
+  const S* dout = static_cast<const S*>(seg.dout);
+
+  int64_t row0, pos0, rstep, pstep, chunk = 0, nchunks = 1, tile_row0;
+  int V = kMax, lpr = kTeam;
+  bool first, last;  // slot 0 starts / slot V-1 ends the lane's chunk (non-multi)
+  if constexpr (kMulti) {
+    lpr = seg.lanes_per_row;
+    tile_row0 = local * seg.rows_per_tile;
+    row0 = tile_row0 + lane / lpr;
+    pos0 = static_cast<int64_t>(lane & (lpr - 1)) * N;
+    rstep = kTeam / lpr;
+    pstep = 0;
+    first = pos0 == 0;
+    last = false;
+  } else {
+    V = seg.per_lane;
+    nchunks = seg.nchunks;
+    row0 = div_fast(local, nchunks);
+    tile_row0 = row0;
+    chunk = local - row0 * nchunks;
+    pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
+    rstep = 0;
+    pstep = kTeam * N;
+    first = lane == 0;
+    last = lane == kTeam - 1;
+  }
+  const int64_t base = row0 * L + pos0;
+  const int64_t jstride = rstep * L + pstep;
+  bool slot[kMax], on[kMax];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    slot[j] = kMulti ? tile_row0 + j * rstep < nrows : j < V;
+    on[j] = (kMulti ? row0 + j * rstep < nrows : j < V) && pos0 + j * pstep < L;
+  }
+  S xs[kMax][N], ds[kMax][N];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (on[j]) {
+      load_raw<T, N>(x + base + j * jstride, xs[j]);
+      load_raw<T, N>(dout + base + j * jstride, ds[j]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) xs[j][e] = ds[j][e] = T::from_f(0.0f);
+    }
+  }
+  // Own halos: x̃ left of a chunk's first lane; x and dout right of its
+  // last lane (zeros past L).
+  float h0[kH], xn[kH], dn[kH];
+  const int64_t plast = pos0 + (V - 1) * pstep;
+#pragma unroll
+  for (int i = 0; i < kH; ++i) h0[i] = xn[i] = dn[i] = 0.0f;
+  if constexpr (!kMulti) {
+    if (first) load_left<T, N, W>(p, seg, x + row0 * L, row0, pos0, h0);
+    if (last && plast + N < L) {
+      load_right<T, N, W>(x + row0 * L, plast, L, xn);
+      load_right<T, N, W>(dout + row0 * L, plast, L, dn);
+    }
+  }
+  const int64_t d0 = mod_fast(row0, p.dim);
+  float w[W], bias = 0.0f;
+  if constexpr (!kMulti) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d0 * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.bias, d0, p.wtype);
+  }
+  const S* dfin = static_cast<const S*>(seg.dfinal_states);
+  float dw[kMax][W + 1];  // [W] is dbias
+  float g[kMax][N];
+  float xf[kMax][N + kH];  // x̃ at pos-(W-1) .. pos+N-1
+  const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
+  const int src_next = (lane + 1) & (kTeam - 1);
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if constexpr (kMulti) {
+      const int64_t d = j == 0 ? d0 : mod_fast(d0 + j * rstep, p.dim);
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k] = on[j] ? load_any(seg.weight, d * W + k, p.wtype) : 0.0f;
+      bias = (on[j] && p.has_bias) ? load_any(seg.bias, d, p.wtype) : 0.0f;
+    }
+    const int64_t r = row0 + j * rstep;
+#pragma unroll
+    for (int e = 0; e < N; ++e) xf[j][kH + e] = T::to_f(xs[j][e]);
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      float give = xf[j][N + i];
+      if (!kMulti && j > 0 && last) give = xf[j - 1][N + i];
+      const float got = gpu_shfl(give, src_prev, kTeam);
+      float own = 0.0f;
+      if constexpr (kMulti) {
+        if (first && on[j] && p.has_init) {
+          own = T::to_f(static_cast<const S*>(seg.initial_states)[r * kH + i]);
+        }
+        xf[j][i] = first ? own : got;
+      } else {
+        xf[j][i] = (first && j == 0) ? h0[i] : got;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const float dv = T::to_f(ds[j][e]);
+      if (p.silu) {
+        float z = bias;
+#pragma unroll
+        for (int k = 0; k < W; ++k) z += w[k] * xf[j][e + k];
+        g[j][e] = grad_of(dv, z, true);
+      } else {
+        g[j][e] = dv;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k <= W; ++k) dw[j][k] = 0.0f;
+  }
+  // Second pass: dx and the weight gradients, once every slot's g exists.
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if constexpr (kMulti) {
+      const int64_t d = j == 0 ? d0 : mod_fast(d0 + j * rstep, p.dim);
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k] = on[j] ? load_any(seg.weight, d * W + k, p.wtype) : 0.0f;
+    }
+    const int64_t r = row0 + j * rstep;
+    const int64_t pos = pos0 + j * pstep;
+    // Right halo of g: from the next lane (lane 0 of the next slot for the
+    // chunk's last lane), computed at the end of a chunk, zero past L.
+    float gn[kH];
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      float give = g[j][i];
+      if (!kMulti && j + 1 < kMax && first) give = g[j + 1][i];
+      const float got = gpu_shfl(give, src_next, kTeam);
+      float gv = got;
+      if (!kMulti && last && j == V - 1) {
+        // g at pos+N+i from x̃ at pos+N+i-(W-1) .. pos+N+i (own tail, xn).
+        float z = bias;
+        if (p.silu) {
+#pragma unroll
+          for (int k = 0; k < W; ++k) {
+            const int idx = N + i + k;  // index into [xf..., xn...]
+            z += w[k] * (idx < N + kH ? xf[j][idx < N + kH ? idx : 0] : xn[idx >= N + kH ? idx - N - kH : 0]);
+          }
+        }
+        gv = grad_of(dn[i], z, p.silu);
+      }
+      gn[i] = pos + N + i < L ? gv : 0.0f;
+    }
+    if (on[j]) {
+      float dxv[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+          const int idx = e + kH - k;
+          acc += w[k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
+        }
+        if (p.has_dfinal) {
+          const int64_t t = pos + e;
+          if (t >= L - kH) acc += T::to_f(dfin[r * kH + t - (L - kH)]);
+        }
+        dxv[e] = acc;
+        dw[j][W] += g[j][e];
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[j][k] += g[j][e] * xf[j][e + k];
+      }
+      store_f<T, N>(static_cast<S*>(seg.dx) + base + j * jstride, dxv);
+      if (p.ret_dinit && pos == 0) {
+        S* dinit = static_cast<S*>(seg.dinitial_states) + r * kH;
+#pragma unroll
+        for (int i = 0; i < kH; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k <= i; ++k) {
+            const int t = i - k;  // g at position t (zero past L)
+            acc += w[k] * (t < N ? g[j][t < N ? t : 0] : gn[t >= N ? t - N : 0]);
+          }
+          if (p.has_dfinal && i >= L) acc += T::to_f(dfin[r * kH + i - L]);
+          dinit[i] = T::from_f(acc);
+        }
+      }
+    }
+  }
+
+  // Partials, laid out [d][b * nchunks + chunk][W + 1] (reduce_dw_kernel).
+  const int64_t nparts = B * nchunks;
+  if constexpr (kMulti) {
+#pragma unroll
+    for (int j = 0; j < kMax; ++j) {
+      if (slot[j]) {
+        float v[W + 1];
+#pragma unroll
+        for (int k = 0; k <= W; ++k) {
+          v[k] = dw[j][k];
+          for (int m = lpr / 2; m >= 1; m >>= 1) v[k] += gpu_shfl_xor(v[k], m, kTeam);
+        }
+        const int64_t r = row0 + j * rstep;
+        if (first && r < nrows) {
+          const int64_t d = mod_fast(r, p.dim), b = div_fast(r, p.dim);
+          float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b) * (W + 1);
+#pragma unroll
+          for (int k = 0; k <= W; ++k) mine[k] = v[k];
+        }
+      }
+    }
+  } else {
+    float v[W + 1];
+#pragma unroll
+    for (int k = 0; k <= W; ++k) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kMax; ++j) acc += dw[j][k];
+      v[k] = team_sum(acc);
+    }
+    if (lane == 0) {
+      const int64_t b = div_fast(row0, p.dim);
+      float* mine = p.partials + seg.ws_partial_offset + (d0 * nparts + b * nchunks + chunk) * (W + 1);
+#pragma unroll
+      for (int k = 0; k <= W; ++k) mine[k] = v[k];
+    }
+  }
+}
+
 // dweight/dbias of each (segment, channel): a team sums the channel's
 // batch * nchunks partials, lanes striding in index order, then a fixed
 // butterfly. Same layout for both activation layouts.
@@ -217,10 +453,12 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 2) bwd_cf_kernel(KPara
     const int64_t tile = blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
+    const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
-      bwd_cf_team<T, kVecElts<T>, W>(p, seg, tile - seg.tile_begin, lane);
+      if (seg.rows_per_tile > 1) bwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
+      else bwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
     } else {
-      bwd_cf_team<T, 1, W>(p, seg, tile - seg.tile_begin, lane);
+      bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
     }
   }
 }

@@ -32,95 +32,155 @@ __device__ __forceinline__ void write_final_cf(const KParams& p, const Conv1dSeg
 }
 
 // A team owns kMax vector slots per lane: either `per_lane` consecutive
-// vectors of one row chunk, or (short rows, rows_per_tile > 1) one vector of
-// each of several rows. Every load (vectors, halos, weights) is issued
-// before the first use.
-template <class T, int N, int W>
+// vectors of one row chunk (kMulti false), or (short rows) one vector of
+// each of several rows, lanes_per_row lanes per row (kMulti true). Data stay
+// in storage format until used; every load is issued before the first use.
+// The left halo (x̃ at pos-(W-1) .. pos-1) comes from the neighbouring lane
+// by shuffle; only the first lane of a chunk or row loads its own.
+template <class T, int N, int W, bool kMulti>
 __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
   constexpr int kMax = detail::kMaxPerLaneFwd;
+  constexpr int kH = W - 1;
+  constexpr bool kShuffle = N >= kH;
   const int64_t L = seg.seqlen;
-  const int V = seg.per_lane;
-  const bool multi = seg.rows_per_tile > 1;
-  const int64_t nchunks = seg.nchunks;
   const int64_t nrows = seg.batch * p.dim;
-  const int64_t row0 = multi ? local * seg.rows_per_tile : local / nchunks;
-  const int64_t chunk = multi ? 0 : local - row0 * nchunks;
-  const int64_t c0 = chunk * static_cast<int64_t>(kTeam * V * N);
   const S* x = static_cast<const S*>(seg.x);
+  S* y = static_cast<S*>(seg.y);
 
-  int64_t row[kMax], pos[kMax];
+  // Slot j of this lane: row row0 + j * rstep, in-row offset pos0 + j * pstep.
+  int64_t row0, pos0, rstep, pstep, chunk = 0, nchunks = 1;
+  int V = kMax;
+  bool first;  // this lane's slot 0 starts a chunk (non-multi) or a row (multi)
+  if constexpr (kMulti) {
+    const int lpr = seg.lanes_per_row;
+    row0 = local * seg.rows_per_tile + lane / lpr;
+    pos0 = static_cast<int64_t>(lane & (lpr - 1)) * N;
+    rstep = kTeam / lpr;
+    pstep = 0;
+    first = pos0 == 0;
+  } else {
+    V = seg.per_lane;
+    nchunks = seg.nchunks;
+    row0 = div_fast(local, nchunks);
+    chunk = local - row0 * nchunks;
+    pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
+    rstep = 0;
+    pstep = kTeam * N;
+    first = lane == 0;
+  }
+  const S* xb = x + row0 * L + pos0;
+  const int64_t jstride = rstep * L + pstep;
   bool on[kMax];
-  const int lpr = seg.lanes_per_row;  // multi: lanes per row, rows per slot = kTeam / lpr
-  const int rps = kTeam / lpr;
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
-    row[j] = multi ? row0 + j * rps + lane / lpr : row0;
-    pos[j] = multi ? static_cast<int64_t>(lane % lpr) * N : c0 + static_cast<int64_t>(j * kTeam + lane) * N;
-    on[j] = (multi ? row[j] < nrows : j < V) && pos[j] < L;
+    on[j] = (kMulti ? row0 + j * rstep < nrows : j < V) && pos0 + j * pstep < L;
   }
-  float xv[kMax][N], hist[kMax][W - 1];
+  // hist: the halos this lane loads itself (all slots on the scalar path;
+  // slot 0 of a chunk's first lane otherwise). Short rows start at 0, where
+  // the halo is the initial state, read only when used.
+  constexpr int kOwn = kShuffle ? 1 : kMax;
+  S xs[kMax][N];
+  float hist[kOwn][kH];
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
     if (on[j]) {
-      load_f<T, N>(x + row[j] * L + pos[j], xv[j]);
-      load_left<T, N, W>(p, seg, x + row[j] * L, row[j], pos[j], hist[j]);
-    }
-  }
-  float w[kMax][W], bias[kMax];
-#pragma unroll
-  for (int j = 0; j < kMax; ++j) {
-    if (j == 0 || multi) {
-      const int64_t d = row[j] % p.dim;
-#pragma unroll
-      for (int k = 0; k < W; ++k) w[j][k] = load_any(seg.weight, d * W + k, p.wtype);
-      bias[j] = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
+      load_raw<T, N>(xb + j * jstride, xs[j]);
     } else {
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[j][k] = w[0][k];
-      bias[j] = bias[0];
+      for (int e = 0; e < N; ++e) xs[j][e] = T::from_f(0.0f);
     }
   }
 #pragma unroll
+  for (int j = 0; j < kOwn; ++j) {
+#pragma unroll
+    for (int i = 0; i < kH; ++i) hist[j][i] = 0.0f;
+    if (on[j] && (!kShuffle || (!kMulti && first))) {
+      const int64_t r = row0 + j * rstep;
+      load_left<T, N, W>(p, seg, x + r * L, r, pos0 + j * pstep, hist[j]);
+    }
+  }
+  const int64_t d0 = mod_fast(row0, p.dim);
+  float w[W], bias = 0.0f;
+  if constexpr (!kMulti) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d0 * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.bias, d0, p.wtype);
+  }
+  S* yb = y + row0 * L + pos0;
+#pragma unroll
   for (int j = 0; j < kMax; ++j) {
+    if constexpr (kMulti) {
+      // One row per slot: its weights are read here (L1/L2 hits) to keep
+      // the register count low; the slot loads are already in flight.
+      const int64_t d = j == 0 ? d0 : mod_fast(d0 + j * rstep, p.dim);
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k] = on[j] ? load_any(seg.weight, d * W + k, p.wtype) : 0.0f;
+      bias = (on[j] && p.has_bias) ? load_any(seg.bias, d, p.wtype) : 0.0f;
+    }
+    float xf[N + kH];  // x̃ at pos-(W-1) .. pos+N-1
+#pragma unroll
+    for (int e = 0; e < N; ++e) xf[kH + e] = T::to_f(xs[j][e]);
+    if constexpr (kShuffle) {
+      const int src = (lane + kTeam - 1) & (kTeam - 1);
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        float give = xf[N + i];  // own tail: x̃ at pos+N-(W-1)+i
+        // Lane 31 also feeds lane 0 of the next slot of the same chunk.
+        if (!kMulti && j > 0 && lane == kTeam - 1) give = T::to_f(xs[j - 1][N - kH + i]);
+        const float got = gpu_shfl(give, src, kTeam);
+        if constexpr (kMulti) {
+          float own = 0.0f;
+          if (first && on[j] && p.has_init) {
+            own = T::to_f(static_cast<const S*>(seg.initial_states)[(row0 + j * rstep) * kH + i]);
+          }
+          xf[i] = first ? own : got;
+        } else {
+          xf[i] = (first && j == 0) ? hist[0][i] : got;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kH; ++i) xf[i] = hist[j][i];
+    }
     if (on[j]) {
       float out[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        float z = bias[j];
+        float z = bias;
 #pragma unroll
-        for (int k = 0; k < W; ++k) {
-          const int idx = e + k - (W - 1);
-          z += w[j][k] * (idx >= 0 ? xv[j][idx >= 0 ? idx : 0] : hist[j][idx < 0 ? W - 1 + idx : 0]);
-        }
+        for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
         out[e] = act_fwd(z, p.silu);
       }
-      store_f<T, N>(static_cast<S*>(seg.y) + row[j] * L + pos[j], out);
+      store_f<T, N>(yb + j * jstride, out);
     }
   }
   if (p.ret_final) {
 #pragma unroll
     for (int j = 0; j < kMax; ++j) {
-      const bool rowv = multi ? (lane % lpr == 0 && row[j] < nrows)
-                              : (lane == 0 && j == 0 && chunk == nchunks - 1);
-      if (rowv) write_final_cf<T, W>(p, seg, x + row[j] * L, row[j]);
+      const int64_t r = row0 + j * rstep;
+      const bool rowv = kMulti ? (first && r < nrows) : (lane == 0 && j == 0 && chunk == nchunks - 1);
+      if (rowv) write_final_cf<T, W>(p, seg, x + r * L, r);
     }
   }
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 2) fwd_cf_kernel(KParams p) {
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
     const int64_t tile = blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
+    const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
-      fwd_cf_team<T, kVecElts<T>, W>(p, seg, tile - seg.tile_begin, lane);
+      if (seg.rows_per_tile > 1) fwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
+      else fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
     } else {
-      fwd_cf_team<T, 1, W>(p, seg, tile - seg.tile_begin, lane);
+      if (seg.rows_per_tile > 1) fwd_cf_team<T, 1, W, true>(p, seg, local, lane);
+      else fwd_cf_team<T, 1, W, false>(p, seg, local, lane);
     }
   }
 }

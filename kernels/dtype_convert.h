@@ -109,8 +109,25 @@ __device__ __forceinline__ void load_f(const typename T::S* p, float (&out)[N]) 
 template <class T, int N>
 __device__ __forceinline__ void store_f(typename T::S* p, const float (&in)[N]) {
   typename T::S s[N];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (T::kId != 0 && N % 2 == 0) {
+    // Two conversions per instruction (cvt.rn.{bf16,f16}x2.f32).
+    uint32_t w[N / 2];
 #pragma unroll
-  for (int i = 0; i < N; ++i) s[i] = T::from_f(in[i]);
+    for (int i = 0; i < N / 2; ++i) {
+      if constexpr (T::kId == 2) {
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(in[2 * i + 1]), "f"(in[2 * i]));
+      } else {
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w[i]) : "f"(in[2 * i + 1]), "f"(in[2 * i]));
+      }
+    }
+    __builtin_memcpy(s, w, sizeof(s));
+  } else
+#endif
+  {
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = T::from_f(in[i]);
+  }
   store_raw<T, N>(p, s);
 }
 
