@@ -258,38 +258,54 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     }
   }
   const int64_t d0 = mod_fast(row0, p.dim);
-  float w[W], bias = 0.0f;
-  if constexpr (!kMulti) {
+  // Weights: one row per lane for short rows (lane l holds the tile's row
+  // l, at most 32 rows; slots fetch theirs by shuffle), else the row's own.
+  float w[W] = {}, bias = 0.0f;
+  {
+    const int64_t wr = kMulti ? tile_row0 + lane : row0;
+    if (!kMulti || (lane < seg.rows_per_tile && wr < nrows)) {
+      const int64_t d = kMulti ? mod_fast(wr, p.dim) : d0;
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d0 * W + k, p.wtype);
-    if (p.has_bias) bias = load_any(seg.bias, d0, p.wtype);
+      for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
+      if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+    }
   }
   const S* dfin = static_cast<const S*>(seg.dfinal_states);
-  float dw[kMax][W + 1];  // [W] is dbias
-  float g[kMax][N];
-  float xf[kMax][N + kH];  // x̃ at pos-(W-1) .. pos+N-1
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int src_next = (lane + 1) & (kTeam - 1);
+  const int64_t nparts = B * nchunks;
+  // Slots are pipelined: slot j+1's g is computed before slot j's dx (lane
+  // 31 needs the head of slot j+1's g), so at most two slots' floats are
+  // live and the lane can keep kMax vectors in flight.
+  float wj[kMax][W], bj[kMax];
+  float xf[kMax][N + kH];  // x̃ at pos-(W-1) .. pos+N-1
+  float g[kMax][N];
+  float dw[W + 1];  // [W] is dbias; non-multi: summed over the slots
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) {
+  for (int k = 0; k <= W; ++k) dw[k] = 0.0f;
+  auto prepare = [&](const int j) {
     if constexpr (kMulti) {
-      const int64_t d = j == 0 ? d0 : mod_fast(d0 + j * rstep, p.dim);
+      const int srcw = j * static_cast<int>(rstep) + lane / lpr;
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[k] = on[j] ? load_any(seg.weight, d * W + k, p.wtype) : 0.0f;
-      bias = (on[j] && p.has_bias) ? load_any(seg.bias, d, p.wtype) : 0.0f;
+      for (int k = 0; k < W; ++k) wj[j][k] = gpu_shfl(w[k], srcw, kTeam);
+      bj[j] = gpu_shfl(bias, srcw, kTeam);
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) wj[j][k] = w[k];
+      bj[j] = bias;
     }
-    const int64_t r = row0 + j * rstep;
 #pragma unroll
     for (int e = 0; e < N; ++e) xf[j][kH + e] = T::to_f(xs[j][e]);
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
+      // Lane 31 also feeds lane 0 of the next slot (its tail of slot j-1).
       float give = xf[j][N + i];
-      if (!kMulti && j > 0 && last) give = xf[j - 1][N + i];
+      if (!kMulti && j > 0 && last) give = T::to_f(xs[j - 1][N - kH + i]);
       const float got = gpu_shfl(give, src_prev, kTeam);
-      float own = 0.0f;
       if constexpr (kMulti) {
+        float own = 0.0f;
         if (first && on[j] && p.has_init) {
-          own = T::to_f(static_cast<const S*>(seg.initial_states)[r * kH + i]);
+          own = T::to_f(static_cast<const S*>(seg.initial_states)[(row0 + j * rstep) * kH + i]);
         }
         xf[j][i] = first ? own : got;
       } else {
@@ -300,25 +316,19 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     for (int e = 0; e < N; ++e) {
       const float dv = T::to_f(ds[j][e]);
       if (p.silu) {
-        float z = bias;
+        float z = bj[j];
 #pragma unroll
-        for (int k = 0; k < W; ++k) z += w[k] * xf[j][e + k];
+        for (int k = 0; k < W; ++k) z += wj[j][k] * xf[j][e + k];
         g[j][e] = grad_of(dv, z, true);
       } else {
         g[j][e] = dv;
       }
     }
-#pragma unroll
-    for (int k = 0; k <= W; ++k) dw[j][k] = 0.0f;
-  }
-  // Second pass: dx and the weight gradients, once every slot's g exists.
+  };
+  prepare(0);
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
-    if constexpr (kMulti) {
-      const int64_t d = j == 0 ? d0 : mod_fast(d0 + j * rstep, p.dim);
-#pragma unroll
-      for (int k = 0; k < W; ++k) w[k] = on[j] ? load_any(seg.weight, d * W + k, p.wtype) : 0.0f;
-    }
+    if (j + 1 < kMax) prepare(j + 1);
     const int64_t r = row0 + j * rstep;
     const int64_t pos = pos0 + j * pstep;
     // Right halo of g: from the next lane (lane 0 of the next slot for the
@@ -327,23 +337,26 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
       float give = g[j][i];
-      if (!kMulti && j + 1 < kMax && first) give = g[j + 1][i];
+      if (!kMulti && j + 1 < kMax && first) give = g[j + 1 < kMax ? j + 1 : j][i];
       const float got = gpu_shfl(give, src_next, kTeam);
       float gv = got;
       if (!kMulti && last && j == V - 1) {
         // g at pos+N+i from x̃ at pos+N+i-(W-1) .. pos+N+i (own tail, xn).
-        float z = bias;
+        float z = bj[j];
         if (p.silu) {
 #pragma unroll
           for (int k = 0; k < W; ++k) {
-            const int idx = N + i + k;  // index into [xf..., xn...]
-            z += w[k] * (idx < N + kH ? xf[j][idx < N + kH ? idx : 0] : xn[idx >= N + kH ? idx - N - kH : 0]);
+            const int idx = N + i + k;
+            z += wj[j][k] * (idx < N + kH ? xf[j][idx < N + kH ? idx : 0] : xn[idx >= N + kH ? idx - N - kH : 0]);
           }
         }
         gv = grad_of(dn[i], z, p.silu);
       }
       gn[i] = pos + N + i < L ? gv : 0.0f;
     }
+    float dws[W + 1];
+#pragma unroll
+    for (int k = 0; k <= W; ++k) dws[k] = 0.0f;
     if (on[j]) {
       float dxv[N];
 #pragma unroll
@@ -352,16 +365,16 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
         for (int k = 0; k < W; ++k) {
           const int idx = e + kH - k;
-          acc += w[k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
+          acc += wj[j][k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
         }
         if (p.has_dfinal) {
           const int64_t t = pos + e;
           if (t >= L - kH) acc += T::to_f(dfin[r * kH + t - (L - kH)]);
         }
         dxv[e] = acc;
-        dw[j][W] += g[j][e];
+        dws[W] += g[j][e];
 #pragma unroll
-        for (int k = 0; k < W; ++k) dw[j][k] += g[j][e] * xf[j][e + k];
+        for (int k = 0; k < W; ++k) dws[k] += g[j][e] * xf[j][e + k];
       }
       store_f<T, N>(static_cast<S*>(seg.dx) + base + j * jstride, dxv);
       if (p.ret_dinit && pos == 0) {
@@ -372,45 +385,39 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
           for (int k = 0; k <= i; ++k) {
             const int t = i - k;  // g at position t (zero past L)
-            acc += w[k] * (t < N ? g[j][t < N ? t : 0] : gn[t >= N ? t - N : 0]);
+            acc += wj[j][k] * (t < N ? g[j][t < N ? t : 0] : gn[t >= N ? t - N : 0]);
           }
           if (p.has_dfinal && i >= L) acc += T::to_f(dfin[r * kH + i - L]);
           dinit[i] = T::from_f(acc);
         }
       }
     }
-  }
-
-  // Partials, laid out [d][b * nchunks + chunk][W + 1] (reduce_dw_kernel).
-  const int64_t nparts = B * nchunks;
-  if constexpr (kMulti) {
-#pragma unroll
-    for (int j = 0; j < kMax; ++j) {
+    if constexpr (kMulti) {
+      // Partial of this slot's row: sum over its lpr lanes (xor masks below
+      // lpr stay inside the row's lane group), fixed order.
       if (slot[j]) {
-        float v[W + 1];
 #pragma unroll
         for (int k = 0; k <= W; ++k) {
-          v[k] = dw[j][k];
-          for (int m = lpr / 2; m >= 1; m >>= 1) v[k] += gpu_shfl_xor(v[k], m, kTeam);
+          for (int m = lpr / 2; m >= 1; m >>= 1) dws[k] += gpu_shfl_xor(dws[k], m, kTeam);
         }
-        const int64_t r = row0 + j * rstep;
         if (first && r < nrows) {
           const int64_t d = mod_fast(r, p.dim), b = div_fast(r, p.dim);
           float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b) * (W + 1);
 #pragma unroll
-          for (int k = 0; k <= W; ++k) mine[k] = v[k];
+          for (int k = 0; k <= W; ++k) mine[k] = dws[k];
         }
       }
+    } else {
+#pragma unroll
+      for (int k = 0; k <= W; ++k) dw[k] += dws[k];
     }
-  } else {
+  }
+
+  // Partials, laid out [d][b * nchunks + chunk][W + 1] (reduce_dw_kernel).
+  if constexpr (!kMulti) {
     float v[W + 1];
 #pragma unroll
-    for (int k = 0; k <= W; ++k) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kMax; ++j) acc += dw[j][k];
-      v[k] = team_sum(acc);
-    }
+    for (int k = 0; k <= W; ++k) v[k] = team_sum(dw[k]);
     if (lane == 0) {
       const int64_t b = div_fast(row0, p.dim);
       float* mine = p.partials + seg.ws_partial_offset + (d0 * nparts + b * nchunks + chunk) * (W + 1);
@@ -446,7 +453,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KPara
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 2) bwd_cf_kernel(KParams p) {
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::kBwdMinBlocks) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {

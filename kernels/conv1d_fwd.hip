@@ -101,23 +101,29 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
       load_left<T, N, W>(p, seg, x + r * L, r, pos0 + j * pstep, hist[j]);
     }
   }
-  const int64_t d0 = mod_fast(row0, p.dim);
-  float w[W], bias = 0.0f;
-  if constexpr (!kMulti) {
+  // Weights: one row per lane for short rows (lane l holds the tile's row
+  // l, at most 32 rows; slots fetch theirs by shuffle), else the row's own.
+  float w[W] = {}, bias = 0.0f;
+  {
+    const int64_t wr = kMulti ? local * seg.rows_per_tile + lane : row0;
+    if (!kMulti || (lane < seg.rows_per_tile && wr < nrows)) {
+      const int64_t d = mod_fast(wr, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d0 * W + k, p.wtype);
-    if (p.has_bias) bias = load_any(seg.bias, d0, p.wtype);
+      for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
+      if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+    }
   }
+  float wl[W], bl = bias;
+#pragma unroll
+  for (int k = 0; k < W; ++k) wl[k] = w[k];
   S* yb = y + row0 * L + pos0;
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
     if constexpr (kMulti) {
-      // One row per slot: its weights are read here (L1/L2 hits) to keep
-      // the register count low; the slot loads are already in flight.
-      const int64_t d = j == 0 ? d0 : mod_fast(d0 + j * rstep, p.dim);
+      const int srcw = j * static_cast<int>(rstep) + lane / seg.lanes_per_row;
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[k] = on[j] ? load_any(seg.weight, d * W + k, p.wtype) : 0.0f;
-      bias = (on[j] && p.has_bias) ? load_any(seg.bias, d, p.wtype) : 0.0f;
+      for (int k = 0; k < W; ++k) w[k] = gpu_shfl(wl[k], srcw, kTeam);
+      bias = gpu_shfl(bl, srcw, kTeam);
     }
     float xf[N + kH];  // x̃ at pos-(W-1) .. pos+N-1
 #pragma unroll
