@@ -15,15 +15,23 @@
 
 namespace conv1d::cpu_internal {
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
+#endif
 namespace avx2 {
 
 inline constexpr int kIsaLevel = 1;
 #include "server/backends/cpu/cpu_conv_isa.inc"
 
 }  // namespace avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 const IsaKernels* Avx2Kernels() { return &avx2::kKernels; }
 

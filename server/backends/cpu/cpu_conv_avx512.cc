@@ -19,15 +19,23 @@
 
 namespace conv1d::cpu_internal {
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi,bmi2,prefer-vector-width=512")
+#endif
 namespace avx512 {
 
 inline constexpr int kIsaLevel = 2;
 #include "server/backends/cpu/cpu_conv_isa.inc"
 
 }  // namespace avx512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 const IsaKernels* Avx512Kernels() { return &avx512::kKernels; }
 
