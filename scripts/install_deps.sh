@@ -22,7 +22,7 @@ pkgs=(
 if [[ $want_test == 1 ]]; then
   pkgs+=(
     libgtest-dev libgmock-dev
-    python3 python3-grpcio python3-protobuf python3-numpy
+    python3 python3-grpcio python3-protobuf python3-numpy python3-yaml
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
     yamllint shellcheck

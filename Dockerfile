@@ -2,7 +2,7 @@
 # conv1d-serve for AMD Instinct MI300 (gfx942): builds the HIP backend with
 # ROCm's own compiler and runs on ubuntu:24.04 with only AMD's HIP runtime
 # (hip-runtime-amd) plus the service's libraries.
-#   docker build -f deploy/docker/Dockerfile.rocm --build-arg GPU_ARCH=gfx942 \
+#   docker build --build-arg GPU_ARCH=gfx942 \
 #     -t conv1d-serve:rocm .
 #   docker run --rm --device=/dev/kfd --device=/dev/dri --group-add video \
 #     -p 50051:50051 -p 8002:8002 conv1d-serve:rocm
