@@ -139,6 +139,8 @@ TEST_F(GpuBackendTest, FusedRaggedBatchesMatchCpuForEveryOp) {
       {Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
       {Op::kForward, DType::kBF16, DType::kBF16, Layout::kChannelLast, 3},
       {Op::kForward, DType::kF16, DType::kF32, Layout::kChannelFirst, 7},
+      {Op::kForward, DType::kF16, DType::kBF16, Layout::kChannelLast, 4},
+      {Op::kBackward, DType::kBF16, DType::kF16, Layout::kChannelFirst, 3},
       {Op::kBackward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
       {Op::kBackward, DType::kBF16, DType::kF32, Layout::kChannelLast, 2},
       {Op::kUpdate, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},

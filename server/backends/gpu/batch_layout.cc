@@ -87,10 +87,16 @@ Footprint FootprintOf(const BatchKey& key, const ConvSegment& seg,
 
 }  // namespace
 
+DType StagedWeightDType(const BatchKey& key) {
+  return key.weight_dtype == DType::kF32 || key.weight_dtype == key.x_dtype
+             ? key.weight_dtype
+             : DType::kF32;
+}
+
 PieceBytes BytesOfPiece(const BatchKey& key, const ConvSegment& seg,
                         int64_t b_count) {
   const int64_t xs = DTypeSize(key.x_dtype);
-  const int64_t ws = DTypeSize(key.weight_dtype);
+  const int64_t ws = DTypeSize(StagedWeightDType(key));
   const int64_t d = key.dim;
   PieceBytes p;
   p.x = b_count * d * seg.seqlen * xs;

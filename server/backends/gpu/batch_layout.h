@@ -62,6 +62,11 @@ struct LayoutOptions {
   absl::FunctionRef<int64_t(const ConvSegment&, int64_t b_count)> piece_workspace;
 };
 
+// The dtype weight and bias are staged in: the kernels take weights in fp32
+// or the activation dtype, so other pairs (e.g. fp16 activations with bf16
+// weights) are converted to fp32 while packing.
+DType StagedWeightDType(const BatchKey& key);
+
 // Bytes of each tensor of a piece of `b_count` rows.
 struct PieceBytes {
   int64_t x = 0, state = 0, conv_state = 0, weight = 0, bias = 0,

@@ -21,7 +21,7 @@ kernels::Conv1dProblem ProblemOf(const BatchKey& key) {
   kernels::Conv1dProblem p;
   p.op = static_cast<kernels::KernelOp>(key.op);
   p.x_type = static_cast<kernels::ScalarType>(key.x_dtype);
-  p.weight_type = static_cast<kernels::ScalarType>(key.weight_dtype);
+  p.weight_type = static_cast<kernels::ScalarType>(gpu::StagedWeightDType(key));
   // Gradients of the weights come back in fp32 and are converted on the
   // host, so that requests cut into several rounds sum them without loss.
   p.grad_weight_type = kernels::ScalarType::kF32;
@@ -107,12 +107,14 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     return st;
   }
 
-  // Registered weights come from the device cache; inline ones are staged.
+  // Registered weights come from the device cache; inline ones (and ones
+  // that need a dtype conversion) are staged.
+  const bool convert_weights = gpu::StagedWeightDType(key) != key.weight_dtype;
   absl::InlinedVector<bool, 64> on_device(n, false);
   absl::InlinedVector<gpu::DeviceWeights, 64> cached(n);
   for (int64_t i = 0; i < n; ++i) {
     const ConvSegment& seg = *segments[i];
-    if (seg.weight.cache_id == 0) continue;
+    if (seg.weight.cache_id == 0 || convert_weights) continue;
     absl::StatusOr<gpu::DeviceWeights> w = dev.weights->Get(seg.weight, seg.bias);
     if (w.ok()) {
       on_device[i] = true;
@@ -181,8 +183,19 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       stage(sl.initial_states, seg.initial_states, row.state, all.state);
       stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state);
       stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state);
-      stage(sl.weight, seg.weight, 0, all.weight);
-      stage(sl.bias, seg.bias, 0, all.bias);
+      if (convert_weights) {  // small: [D, W] and [D]
+        for (int64_t k = 0; sl.weight >= 0 && k < key.dim * key.width; ++k) {
+          reinterpret_cast<float*>(lane.pinned + sl.weight)[k] =
+              LoadAsFloat(seg.weight.data, key.weight_dtype, k);
+        }
+        for (int64_t k = 0; sl.bias >= 0 && k < key.dim; ++k) {
+          reinterpret_cast<float*>(lane.pinned + sl.bias)[k] =
+              LoadAsFloat(seg.bias.data, key.weight_dtype, k);
+        }
+      } else {
+        stage(sl.weight, seg.weight, 0, all.weight);
+        stage(sl.bias, seg.bias, 0, all.bias);
+      }
 
       kernels::Conv1dSegment& t = lane.table[p];
       t.x = dev_ptr(sl.x);
