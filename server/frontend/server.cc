@@ -132,7 +132,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
         absl::StrCat("listen: cannot serve gRPC on ", options.listen_address));
   }
   server->SetServing(true);
+  server->health_watch_ = std::thread([s = server.get()] { s->WatchBackendHealth(); });
   return server;
+}
+
+void Server::WatchBackendHealth() {
+  while (!stop_health_watch_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) {
+    const absl::Status health = backend_->Health();
+    if (health.ok()) continue;
+    spdlog::critical("backend {} can no longer serve, health NOT_SERVING: {}",
+                     backend_->name(), health.ToString());
+    SetServing(false);
+    return;
+  }
 }
 
 Server::~Server() { Shutdown(absl::Now() + absl::Seconds(5)); }
@@ -169,6 +181,8 @@ void Server::Shutdown(absl::Time deadline) {
     shutdown_done_ = true;
     return;
   }
+  stop_health_watch_.Notify();
+  if (health_watch_.joinable()) health_watch_.join();
   SetServing(false);
   spdlog::info("draining: health NOT_SERVING; {} requests queued",
                scheduler_->queued_requests());

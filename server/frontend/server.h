@@ -18,11 +18,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/core/backend.h"
@@ -111,6 +113,11 @@ class Server {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Conv1dService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  // Polls Backend::Health() and turns health NOT_SERVING (sticky) when the
+  // backend can no longer serve, e.g. after an unrecoverable device error.
+  void WatchBackendHealth();
+  absl::Notification stop_health_watch_;
+  std::thread health_watch_;
 
   mutable absl::Mutex mu_;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;

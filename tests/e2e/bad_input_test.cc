@@ -19,7 +19,7 @@ class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.backend.name = "cpu";
+    options.backend.name = BackendUnderTest();
     options.backend.threads = 1;
     ASSERT_NO_FATAL_FAILURE(StartTestServer(std::move(options), &ts_));
     // A well-behaved client on its own connection, busy during every test.

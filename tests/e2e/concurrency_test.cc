@@ -102,7 +102,7 @@ void ClientThread(int t, const Case& key, const std::shared_ptr<grpc::Channel>& 
 
 TEST(E2eConcurrency, ThirtyTwoClientsGetAnswersMatchingTheCpuReference) {
   ServerOptions options;
-  options.backend.name = "cpu";
+  options.backend.name = BackendUnderTest();
   options.backend.threads = 2;
   options.backend.lanes = 2;
   // A few ms of queue delay make fused batches certain.

@@ -1,5 +1,7 @@
 #include "tests/e2e/e2e_util.h"
 
+#include <cstdlib>
+
 #include <cmath>
 #include <vector>
 
@@ -12,6 +14,11 @@
 #include "server/frontend/validation.h"
 
 namespace conv1d::e2e {
+
+std::string BackendUnderTest() {
+  const char* env = std::getenv("CONV1D_E2E_BACKEND");
+  return env != nullptr && *env != '\0' ? env : "cpu";
+}
 
 void StartTestServer(ServerOptions options, TestServer* out,
                      absl::Duration drain_grace) {

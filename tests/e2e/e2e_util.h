@@ -30,6 +30,10 @@ struct TestServer {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Conv1d::Stub> stub;
 };
+// The compute backend the suites run against: $CONV1D_E2E_BACKEND when set
+// (e.g. "gpu" on a GPU host), else "cpu".
+std::string BackendUnderTest();
+
 // Fails the calling test (ASSERT) when the server cannot start.
 void StartTestServer(ServerOptions options, TestServer* out,
                      absl::Duration drain_grace = absl::ZeroDuration());
