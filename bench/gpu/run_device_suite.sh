@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs the GPU checks and benchmarks of conv1d-serve on a GPU host from a
+# relocatable directory (bin/ + lib/, as made by bench/gpu/pack_device_dir.sh):
+#   1. gpu backend tests against the CPU implementation (+ e2e suite on gpu)
+#   2. in-process runtime benchmark (fused vs unfused vs pinned copy ceiling)
+#   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
+#   4. soak: 2 minutes at c=64, mixed shapes and ops, answers verified
+# usage: bench/gpu/run_device_suite.sh DIST_DIR OUT_DIR [--quick]
+set -uo pipefail
+dist=$(cd "$1" && pwd)
+out=$2
+quick=${3:-}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin=$dist/bin
+here=$(cd "$(dirname "$0")" && pwd)
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr 'A-Z' 'a-z' | grep -oE 'h100|h200|mi300x?' | head -n1)
+device=${device:-gpu}
+day=$(date -u +%F)
+status=0
+step() { echo; echo "=== $* ($(date -u +%T))"; }
+
+step "device"
+nvidia-smi -L || true
+
+step "gpu backend tests"
+"$bin/gpu_backend_test" --gtest_brief=1 2>&1 | tee "$out/gpu_backend_test.log" | tail -n 5 || status=1
+if [[ -x $bin/conv1d_e2e_tests ]]; then
+  step "end-to-end suite on the gpu backend"
+  CONV1D_E2E_BACKEND=gpu "$bin/conv1d_e2e_tests" --gtest_brief=1 2>&1 | tee "$out/e2e_gpu.log" | tail -n 5 || status=1
+fi
+
+step "runtime benchmark (in process)"
+dur=3; [[ $quick == --quick ]] && dur=1
+"$bin/conv1d_runtime_bench" --duration_s=$dur --warmup_s=1 \
+  --out="$out/runtime-$device-$day.csv" 2>&1 | tee "$out/runtime_bench.log" || status=1
+
+step "end-to-end benchmark (gpu vs echo)"
+specs=()
+for backend in gpu echo; do
+  "$bin/conv1d_server" --backend=$backend --listen=127.0.0.1:50151 \
+    --metrics_listen=127.0.0.1:50152 --log_level=warn >"$out/server-$backend.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50151 >/dev/null 2>&1 && break; sleep 0.2; done
+  for w in decode-fwd small-fwd large-fwd large-bwd; do
+    "$bin/conv1d_load" --target=127.0.0.1:50151 --preset=$w --concurrency=1,8,64 \
+      --warmup_s=1 --duration_s=$dur --max_trials=3 --progress=false \
+      --json="$out/load-$backend-$w.json" >"$out/load-$backend-$w.log" 2>&1 || status=1
+    specs+=("$backend:$w:$out/load-$backend-$w.json")
+  done
+  kill -TERM $pid; wait $pid || status=1
+done
+python3 "$here/e2e_to_csv.py" "$out/e2e-$device-$day.csv" "${specs[@]}" | tee "$out/e2e_summary.txt" || status=1
+
+soak=120; [[ $quick == --quick ]] && soak=20
+step "soak: ${soak}s at c=64, mixed, verified"
+"$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50161 \
+  --metrics_listen=127.0.0.1:50162 --log_level=warn >"$out/server-soak.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50161 >/dev/null 2>&1 && break; sleep 0.2; done
+sample() {  # RSS and device pool in use
+  local rss pool
+  rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+  pool=$(curl -s http://127.0.0.1:50162/metrics 2>/dev/null | awk '/^conv1d_pool_bytes\{.*device_in_use/ {s+=$2} END {print s+0}')
+  echo "$1 rss_kib=$rss device_in_use_bytes=$pool"
+}
+"$bin/conv1d_load" --target=127.0.0.1:50161 --mix="$here/soak_mix.txt" --concurrency=64 \
+  --warmup_s=5 --duration_s=$soak --max_trials=1 --stable_windows=1 --progress=false \
+  --verify_fraction=0.05 --json="$out/soak.json" >"$out/soak.log" 2>&1 &
+lp=$!
+sleep 8; sample "after-warmup" | tee -a "$out/soak_memory.txt"
+wait $lp || status=1
+sample "end" | tee -a "$out/soak_memory.txt"
+tail -n 15 "$out/soak.log"
+kill -TERM $pid; wait $pid || status=1
+
+step "summary"
+cat "$out/runtime_bench.log" | tail -n 12
+cat "$out/e2e_summary.txt"
+cat "$out/soak_memory.txt"
+echo "suite status: $status"
+exit $status
