@@ -5,11 +5,14 @@
 #   2. in-process runtime benchmark (fused vs unfused vs pinned copy ceiling)
 #   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
 #   4. soak: 2 minutes at c=64, mixed shapes and ops, answers verified
-# usage: bench/gpu/run_device_suite.sh DIST_DIR OUT_DIR [--quick]
+#   (STAGES, default "tests runtime e2e soak", picks a subset)
+# usage: [STAGES="..."] bench/gpu/run_device_suite.sh DIST_DIR OUT_DIR [--quick]
 set -uo pipefail
 dist=$(cd "$1" && pwd)
 out=$2
 quick=${3:-}
+stages=" ${STAGES:-tests runtime e2e soak} "
+want() { [[ $stages == *" $1 "* ]]; }
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$dist/bin
@@ -23,18 +26,23 @@ step() { echo; echo "=== $* ($(date -u +%T))"; }
 step "device"
 nvidia-smi -L || true
 
+if want tests; then
 step "gpu backend tests"
 "$bin/gpu_backend_test" --gtest_brief=1 2>&1 | tee "$out/gpu_backend_test.log" | tail -n 5 || status=1
 if [[ -x $bin/conv1d_e2e_tests ]]; then
   step "end-to-end suite on the gpu backend"
   CONV1D_E2E_BACKEND=gpu "$bin/conv1d_e2e_tests" --gtest_brief=1 2>&1 | tee "$out/e2e_gpu.log" | tail -n 5 || status=1
 fi
+fi
 
-step "runtime benchmark (in process)"
 dur=3; [[ $quick == --quick ]] && dur=1
+if want runtime; then
+step "runtime benchmark (in process)"
 "$bin/conv1d_runtime_bench" --duration_s=$dur --warmup_s=1 \
   --out="$out/runtime-$device-$day.csv" 2>&1 | tee "$out/runtime_bench.log" || status=1
+fi
 
+if want e2e; then
 step "end-to-end benchmark (gpu vs echo)"
 specs=()
 for backend in gpu echo; do
@@ -51,7 +59,9 @@ for backend in gpu echo; do
   kill -TERM $pid; wait $pid || status=1
 done
 python3 "$here/e2e_to_csv.py" "$out/e2e-$device-$day.csv" "${specs[@]}" | tee "$out/e2e_summary.txt" || status=1
+fi
 
+if want soak; then
 soak=120; [[ $quick == --quick ]] && soak=20
 step "soak: ${soak}s at c=64, mixed, verified"
 "$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50161 \
@@ -73,10 +83,11 @@ wait $lp || status=1
 sample "end" | tee -a "$out/soak_memory.txt"
 tail -n 15 "$out/soak.log"
 kill -TERM $pid; wait $pid || status=1
+fi
 
 step "summary"
-cat "$out/runtime_bench.log" | tail -n 12
-cat "$out/e2e_summary.txt"
-cat "$out/soak_memory.txt"
+for f in runtime_bench.log e2e_summary.txt soak_memory.txt; do
+  [[ -f $out/$f ]] && tail -n 12 "$out/$f"
+done
 echo "suite status: $status"
 exit $status

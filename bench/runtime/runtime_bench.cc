@@ -19,12 +19,16 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -32,6 +36,7 @@
 #include "server/backends/gpu/gpu_backend.h"
 #include "server/backends/gpu/gpu_runtime.h"
 #include "server/core/clock.h"
+#include "server/core/observer.h"
 #include "server/core/scheduler.h"
 
 ABSL_FLAG(double, duration_s, 3.0, "measured seconds per (mode, workload)");
@@ -40,6 +45,13 @@ ABSL_FLAG(int, submitters, 64, "closed-loop submitter threads");
 ABSL_FLAG(std::string, workloads, "decode-fwd,small-fwd,large-fwd,large-bwd",
           "comma list of workloads");
 ABSL_FLAG(int, lanes_per_device, 4, "gpu backend lanes per device");
+ABSL_FLAG(std::string, request_memory, "both",
+          "where request tensors live: host-pool (GpuBackend::AllocateHostBuffer, page-locked), "
+          "heap, or both");
+ABSL_FLAG(int64_t, host_pool_bytes, int64_t{6} << 30, "gpu backend host pool (page-locked)");
+ABSL_FLAG(std::string, timeline, "",
+          "CSV of every measured batch (lane, start, busy and stage microseconds); empty: none");
+ABSL_FLAG(int, timeline_batches, 200, "batches per mode written to --timeline");
 ABSL_FLAG(std::string, out, "", "CSV path (default bench/results/runtime-<device>-<date>.csv)");
 
 namespace conv1d {
@@ -87,7 +99,17 @@ std::vector<uint8_t> Random(DType t, int64_t n, std::mt19937_64& rng) {
 struct InputSet {
   ConvBuffers buffers;  // inputs + CPU-computed outputs
   std::shared_ptr<const void> weight_owner;
+  // Copies of x, dout and initial_states in Backend::AllocateHostBuffer
+  // memory (what a frontend that receives into that memory hands over).
+  std::shared_ptr<void> host_x, host_dout, host_init;
 };
+
+// A copy of `v` in the backend's host memory.
+std::shared_ptr<void> HostCopy(Backend* backend, const std::vector<uint8_t>& v) {
+  std::shared_ptr<void> p = backend->AllocateHostBuffer(static_cast<int64_t>(v.size()));
+  if (!v.empty()) std::memcpy(p.get(), v.data(), v.size());
+  return p;
+}
 
 bool Close(DType t, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
   if (got.size() != want.size()) return false;
@@ -107,12 +129,72 @@ struct Result {
   int64_t wrong = 0, errors = 0;
 };
 
+// Collects every batch's stage times while a mode is measured: per-stage
+// means, how many lanes were busy at once, and a timeline for --timeline.
+class StageObserver final : public Observer {
+ public:
+  struct Batch {
+    int lane;
+    double start_s, busy_s, pack_s, h2d_s, compute_s, d2h_s;
+    int32_t requests;
+  };
+  void OnBatchDone(int lane, const BatchKey&, int32_t requests, int64_t, int64_t,
+                   const BatchStats& st, absl::Duration busy) override {
+    if (!recording_.load(std::memory_order_relaxed)) return;
+    const double end = absl::ToDoubleSeconds(absl::Now() - origin_);
+    const double b = absl::ToDoubleSeconds(busy);
+    absl::MutexLock lock(&mu_);
+    batches_.push_back({lane, end - b, b, st.pack_seconds, st.h2d_seconds, st.compute_seconds,
+                        st.d2h_seconds, requests});
+  }
+  void Start() {
+    absl::MutexLock lock(&mu_);
+    batches_.clear();
+    origin_ = absl::Now();
+    recording_ = true;
+  }
+  std::vector<Batch> Stop() {
+    recording_ = false;
+    absl::MutexLock lock(&mu_);
+    return std::move(batches_);
+  }
+
+ private:
+  std::atomic<bool> recording_{false};
+  absl::Time origin_;
+  absl::Mutex mu_;
+  std::vector<Batch> batches_ ABSL_GUARDED_BY(mu_);
+};
+
+// One line: mean requests and per-stage microseconds per batch, and the
+// mean number of lanes busy at once (sum of busy time over the wall time).
+std::string StageSummary(const std::vector<StageObserver::Batch>& v, double wall_s) {
+  if (v.empty()) return "no batches";
+  double req = 0, busy = 0, pack = 0, h2d = 0, comp = 0, d2h = 0;
+  for (const auto& b : v) {
+    req += b.requests;
+    busy += b.busy_s;
+    pack += b.pack_s;
+    h2d += b.h2d_s;
+    comp += b.compute_s;
+    d2h += b.d2h_s;
+  }
+  const double n = static_cast<double>(v.size());
+  return absl::StrFormat(
+      "batches %d, req/batch %.1f, us/batch: busy %.0f = pack+unpack %.0f, h2d %.0f, "
+      "kernel %.0f, d2h %.0f, other %.0f; lanes busy at once %.2f",
+      v.size(), req / n, 1e6 * busy / n, 1e6 * pack / n, 1e6 * h2d / n, 1e6 * comp / n,
+      1e6 * d2h / n, 1e6 * (busy - pack - h2d - comp - d2h) / n, busy / wall_s);
+}
+
 Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
-               int32_t max_batch_requests, int submitters) {
+               int32_t max_batch_requests, bool host_memory, int submitters,
+               StageObserver* stages,
+               std::vector<StageObserver::Batch>* timeline) {
   SchedulerOptions so;
   so.max_batch_requests = max_batch_requests;
   so.max_queued_requests = 1 << 16;
-  auto sched = Scheduler::Create(so, gpu, Clock::Real(), nullptr);
+  auto sched = Scheduler::Create(so, gpu, Clock::Real(), stages);
   if (!sched.ok()) {
     std::fprintf(stderr, "%s\n", sched.status().ToString().c_str());
     std::exit(1);
@@ -129,6 +211,29 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
       ConvBuffers mine = in.buffers;  // own outputs, same inputs
       ConvSegment seg = mine.Segment();
       seg.x = in.buffers.Segment().x;  // read the shared inputs in place
+      if (w.op == Op::kBackward) seg.dout = in.buffers.Segment().dout;
+      if (w.states) seg.initial_states = in.buffers.Segment().initial_states;
+      // Host-memory mode: inputs and outputs live in AllocateHostBuffer
+      // memory; outputs are copied back to `mine` only for the check.
+      std::shared_ptr<void> host_y, host_dx, host_final;
+      if (host_memory) {
+        seg.x.data = in.host_x.get();
+        if (seg.dout.present()) seg.dout.data = in.host_dout.get();
+        if (seg.initial_states.present()) seg.initial_states.data = in.host_init.get();
+        auto out = [&](OutputView& v, std::shared_ptr<void>& keep) {
+          if (!v.present()) return;
+          keep = gpu->AllocateHostBuffer(v.bytes);
+          v.data = keep.get();
+        };
+        out(seg.y, host_y);
+        out(seg.dx, host_dx);
+        out(seg.final_states, host_final);
+      }
+      auto copy_back = [&] {
+        if (!host_memory) return;
+        if (host_y) std::memcpy(mine.y.data(), host_y.get(), mine.y.size());
+        if (host_dx) std::memcpy(mine.dx.data(), host_dx.get(), mine.dx.size());
+      };
       if (w.registered) {
         seg.weight.owner = seg.bias.owner = in.weight_owner;
         seg.weight.data = in.buffers.weight.data();
@@ -141,6 +246,8 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         if (!checked) {
           std::fill(mine.y.begin(), mine.y.end(), 0xff);
           std::fill(mine.dx.begin(), mine.dx.end(), 0xff);
+          if (host_y) std::memset(host_y.get(), 0xff, mine.y.size());
+          if (host_dx) std::memset(host_dx.get(), 0xff, mine.dx.size());
         }
         auto task = std::make_unique<Task>();
         task->key = key;
@@ -162,6 +269,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         if (!outcome.ok()) errors.fetch_add(1);
         if (!checked) {
           checked = true;
+          copy_back();
           const bool ok = w.op == Op::kForward
                               ? Close(w.dtype, mine.y, in.buffers.y)
                               : Close(w.dtype, mine.dx, in.buffers.dx) &&
@@ -177,10 +285,12 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
   }
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_warmup_s)));
   phase = 1;
+  stages->Start();
   const absl::Time start = absl::Now();
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_duration_s)));
   phase = 2;
   const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  *timeline = stages->Stop();
   for (auto& t : threads) t.join();
   (*sched)->Shutdown();
   std::vector<double> all;
@@ -246,6 +356,33 @@ double PinnedCopySecondsPerRequest(int64_t in, int64_t out, int reqs) {
   return times[times.size() / 2] / reqs;
 }
 
+// Host memcpy bandwidth from pageable memory into pinned memory (what
+// packing does), with `threads` threads each copying its share of 256 MiB;
+// GB/s of bytes copied, median of 5.
+double HostCopyGBps(int threads) {
+  const int64_t bytes = int64_t{256} << 20;
+  std::vector<char> src(bytes, 1);
+  void* dst = nullptr;
+  gpu::PinnedAlloc(&dst, bytes);
+  std::memset(dst, 0, bytes);
+  std::vector<double> times;
+  for (int rep = 0; rep < 6; ++rep) {
+    const absl::Time t0 = absl::Now();
+    std::vector<std::thread> ts;
+    const int64_t share = bytes / threads;
+    for (int t = 0; t < threads; ++t) {
+      ts.emplace_back([&, t] {
+        std::memcpy(static_cast<char*>(dst) + t * share, src.data() + t * share, share);
+      });
+    }
+    for (auto& t : ts) t.join();
+    if (rep > 0) times.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  gpu::PinnedFree(dst);
+  std::sort(times.begin(), times.end());
+  return bytes / times[times.size() / 2] / 1e9;
+}
+
 std::string DeviceTag(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
   for (const char* tag : {"h200", "h100", "mi300x", "mi300", "a100"}) {
@@ -259,6 +396,7 @@ std::string DeviceTag(const std::string& name) {
 int Main() {
   GpuBackendOptions go;
   go.lanes_per_device = absl::GetFlag(FLAGS_lanes_per_device);
+  go.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
   auto gpu = GpuBackend::Create(go);
   if (!gpu.ok()) {
     std::fprintf(stderr, "gpu backend: %s\n", gpu.status().ToString().c_str());
@@ -273,12 +411,23 @@ int Main() {
                        absl::FormatTime("%Y-%m-%d", absl::Now(), absl::UTCTimeZone()), ".csv");
   }
   std::ofstream csv(out);
-  csv << "mode,workload,submitters,throughput_rps,gbps,pct_of_pinned_copy,p50_us,p99_us\n";
+  csv << "mode,workload,submitters,throughput_rps,gbps,pct_of_pinned_copy,p50_us,p99_us,"
+         "request_memory\n";
   std::printf("device: %s, lanes/device %d, submitters %d\n", device.c_str(),
               go.lanes_per_device, submitters);
-  std::printf("%-8s %-11s %12s %8s %8s %10s %10s %6s\n", "mode", "workload", "req/s", "GB/s",
-              "%copy", "p50_us", "p99_us", "wrong");
+  std::printf("%-8s %-11s %-9s %10s %8s %8s %10s %10s %6s\n", "mode", "workload", "memory",
+              "req/s", "GB/s", "%copy", "p50_us", "p99_us", "wrong");
+  std::printf("host memcpy into pinned memory: 1 thread %.1f GB/s, 4 threads %.1f GB/s, "
+              "16 threads %.1f GB/s\n", HostCopyGBps(1), HostCopyGBps(4), HostCopyGBps(16));
   int64_t wrong_total = 0, errors_total = 0;
+  StageObserver stages;
+  std::vector<std::string> stage_lines;
+  std::ofstream timeline_csv;
+  if (!absl::GetFlag(FLAGS_timeline).empty()) {
+    timeline_csv.open(absl::GetFlag(FLAGS_timeline));
+    timeline_csv << "mode,workload,lane,start_us,busy_us,pack_unpack_us,h2d_us,kernel_us,d2h_us,"
+                    "requests\n";
+  }
   for (const auto& name : absl::StrSplit(absl::GetFlag(FLAGS_workloads), ',')) {
     const Workload w = WorkloadByName(std::string(name));
     const BatchKey key = KeyOf(w);
@@ -296,21 +445,47 @@ int Main() {
       if (w.states) b.initial_states = Random(w.dtype, w.b * w.d * 3, rng);
       if (!RunCpuConv(&b, pool->get()).ok()) return 1;
       set.weight_owner = std::make_shared<int>(0);
+      set.host_x = HostCopy(gpu->get(), b.x);
+      set.host_dout = HostCopy(gpu->get(), b.dout);
+      set.host_init = HostCopy(gpu->get(), b.initial_states);
     }
     int64_t in = 0, outb = 0;
     CopyBytes(w, sets[0].buffers, &in, &outb);
     const double copy_s = PinnedCopySecondsPerRequest(in, outb, 64);
-    for (const auto& [mode, max_req] : {std::pair<const char*, int>{"fused", 64}, {"unfused", 1}}) {
-      const Result r = RunMode(gpu->get(), w, sets, max_req, submitters);
+    for (const auto& [mode, max_req, host_memory] :
+         {std::tuple<const char*, int, bool>{"fused", 64, true}, {"unfused", 1, true},
+          {"fused", 64, false}, {"unfused", 1, false}}) {
+      const char* memory = host_memory ? "host-pool" : "heap";
+      if (absl::GetFlag(FLAGS_request_memory) != "both" &&
+          absl::GetFlag(FLAGS_request_memory) != memory) {
+        continue;
+      }
+      std::vector<StageObserver::Batch> timeline;
+      const Result r = RunMode(gpu->get(), w, sets, max_req, host_memory, submitters, &stages,
+                               &timeline);
       const double pct = 100.0 * r.rps * copy_s;
-      std::printf("%-8s %-11s %12.0f %8.2f %8.1f %10.0f %10.0f %6lld\n", mode, w.name.c_str(),
-                  r.rps, r.gbps, pct, r.p50_us, r.p99_us, static_cast<long long>(r.wrong));
+      std::printf("%-8s %-11s %-9s %10.0f %8.2f %8.1f %10.0f %10.0f %6lld\n", mode,
+                  w.name.c_str(), memory, r.rps, r.gbps, pct, r.p50_us, r.p99_us,
+                  static_cast<long long>(r.wrong));
+      stage_lines.push_back(absl::StrCat(mode, " ", w.name, " ", memory, ": ",
+                                         StageSummary(timeline, absl::GetFlag(FLAGS_duration_s))));
+      if (timeline_csv.is_open()) {
+        const size_t keep = std::min<size_t>(timeline.size(),
+                                             absl::GetFlag(FLAGS_timeline_batches));
+        for (const auto& b : absl::MakeConstSpan(timeline).subspan(0, keep)) {
+          timeline_csv << mode << "," << w.name << "," << b.lane << "," << b.start_s * 1e6 << ","
+                       << b.busy_s * 1e6 << "," << b.pack_s * 1e6 << "," << b.h2d_s * 1e6 << ","
+                       << b.compute_s * 1e6 << "," << b.d2h_s * 1e6 << "," << b.requests << "\n";
+        }
+      }
       csv << mode << "," << w.name << "," << submitters << "," << r.rps << "," << r.gbps << ","
-          << pct << "," << r.p50_us << "," << r.p99_us << "\n";
+          << pct << "," << r.p50_us << "," << r.p99_us << "," << memory << "\n";
       wrong_total += r.wrong;
       errors_total += r.errors;
     }
   }
+  std::printf("\nstages per batch (BatchStats of every measured batch):\n");
+  for (const auto& line : stage_lines) std::printf("  %s\n", line.c_str());
   std::printf("wrote %s; wrong answers %lld, errors %lld\n", out.c_str(),
               static_cast<long long>(wrong_total), static_cast<long long>(errors_total));
   return wrong_total == 0 && errors_total == 0 ? 0 : 1;

@@ -10,6 +10,7 @@
 #define CONV1D_SERVER_CORE_BACKEND_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,17 @@ class Backend {
   // False when lane `lane` must not take batches (its device failed); the
   // scheduler leaves such lanes idle. Thread-safe.
   virtual bool LaneAvailable(int lane) const { return true; }
+
+  // Host memory for request or response tensor bytes (`bytes` >= 0), freed
+  // when the last copy of the pointer goes. Backends that copy to a device
+  // hand out page-locked memory from a pool made at start, so that tensors
+  // placed there move by DMA with no staging memcpy; the default (and the
+  // fallback when such a pool is full) is ordinary heap memory. Never null.
+  // Thread-safe.
+  virtual std::shared_ptr<void> AllocateHostBuffer(int64_t bytes) {
+    return std::shared_ptr<void>(::operator new(static_cast<size_t>(bytes > 0 ? bytes : 1)),
+                                 [](void* p) { ::operator delete(p); });
+  }
 
   // Computes every segment and writes all requested outputs. Blocking.
   // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called

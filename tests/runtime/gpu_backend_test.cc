@@ -5,6 +5,7 @@
 #include "server/backends/gpu/gpu_backend.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -112,7 +113,8 @@ void RunAndCheck(GpuBackend& gpu, int lane, const BatchKey& key,
   std::vector<ConvSegment*> ptrs;
   for (auto& s : segs) ptrs.push_back(&s);
   BatchStats stats;
-  ASSERT_TRUE(gpu.RunBatch(lane, key, absl::MakeSpan(ptrs), &stats).ok());
+  const absl::Status st = gpu.RunBatch(lane, key, absl::MakeSpan(ptrs), &stats);
+  ASSERT_TRUE(st.ok()) << st;
   EXPECT_GE(stats.launches, 1);
   const DType gw = key.grad_weight_dtype;
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -168,7 +170,8 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
   for (Op op : {Op::kForward, Op::kBackward}) {
     const BatchKey key = KeyOf({op, DType::kF32, DType::kF32, Layout::kChannelFirst, 4}, 256);
     std::vector<std::unique_ptr<ConvBuffers>> reqs;
-    reqs.push_back(MakeRequest(key, 9, 700, rng));  // ~6 MiB of x alone
+    // ~5.6 MiB of x alone; one backward row (x, dout, dx) is ~1.8 MiB.
+    reqs.push_back(MakeRequest(key, 9, 600, rng));
     reqs.push_back(MakeRequest(key, 2, 33, rng));
     RunAndCheck(**gpu, 0, key, reqs);
   }
@@ -181,6 +184,75 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
   const absl::Status st = (*gpu)->CanServe(key, seg);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_NE(st.message().find("lane_buffer_bytes"), absl::string_view::npos) << st;
+}
+
+// Requests whose tensors live in AllocateHostBuffer memory: large ones move
+// by their own DMA, small ones through staging, in the same fused batch;
+// every output must still equal the CPU's, and nothing is allocated.
+TEST_F(GpuBackendTest, HostPoolTensorsMoveByDmaAndMatchCpu) {
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 1;
+  opt.lane_buffer_bytes = 16 << 20;
+  opt.host_pool_bytes = 64 << 20;
+  opt.direct_copy_bytes = 64 << 10;
+  auto gpu = GpuBackend::Create(opt);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::mt19937_64 rng(5);
+  for (const Case& c : {Case{Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
+                        Case{Op::kBackward, DType::kBF16, DType::kBF16, Layout::kChannelLast, 3},
+                        Case{Op::kUpdate, DType::kF16, DType::kF32, Layout::kChannelFirst, 4}}) {
+    const BatchKey key = KeyOf(c, 128);
+    SCOPED_TRACE(key.DebugString());
+    std::vector<std::unique_ptr<ConvBuffers>> reqs;
+    for (int64_t l : {700, 3, 1100, 64}) reqs.push_back(MakeRequest(key, 2, l, rng));
+    std::vector<ConvBuffers> want;
+    std::vector<ConvSegment> segs;
+    std::vector<std::shared_ptr<void>> keep;
+    auto in_pool = [&](const void* src, int64_t bytes) -> void* {
+      keep.push_back((*gpu)->AllocateHostBuffer(bytes));
+      if (src != nullptr) std::memcpy(keep.back().get(), src, bytes);
+      else std::memset(keep.back().get(), 0xff, bytes);  // poisoned output
+      return keep.back().get();
+    };
+    for (auto& r : reqs) {
+      want.push_back(*r);
+      ASSERT_TRUE(RunCpuConv(&want.back(), nullptr).ok());
+      ConvSegment s = r->Segment();
+      for (TensorView* v : {&s.x, &s.dout, &s.initial_states, &s.dfinal_states, &s.conv_state}) {
+        if (v->present()) v->data = in_pool(v->data, v->bytes);
+      }
+      for (OutputView* v : {&s.y, &s.final_states, &s.dx, &s.dinitial_states,
+                            &s.conv_state_out}) {
+        if (v->present()) v->data = in_pool(nullptr, v->bytes);
+      }
+      std::fill(r->dweight.begin(), r->dweight.end(), 0xff);
+      std::fill(r->dbias.begin(), r->dbias.end(), 0xff);
+      segs.push_back(s);
+    }
+    std::vector<ConvSegment*> ptrs;
+    for (auto& s : segs) ptrs.push_back(&s);
+    const int64_t allocations = gpu::AllocationCount();
+    BatchStats stats;
+    const absl::Status st = (*gpu)->RunBatch(0, key, absl::MakeSpan(ptrs), &stats);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(gpu::AllocationCount(), allocations);
+    auto bytes_of = [](const OutputView& v) {
+      const auto* p = static_cast<const uint8_t*>(v.data);
+      return v.present() ? std::vector<uint8_t>(p, p + v.bytes) : std::vector<uint8_t>();
+    };
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ExpectClose("y", key.x_dtype, bytes_of(segs[i].y), want[i].y);
+      ExpectClose("final_states", key.x_dtype, bytes_of(segs[i].final_states),
+                  want[i].final_states);
+      ExpectClose("dx", key.x_dtype, bytes_of(segs[i].dx), want[i].dx);
+      ExpectClose("dinitial_states", key.x_dtype, bytes_of(segs[i].dinitial_states),
+                  want[i].dinitial_states);
+      ExpectClose("conv_state_out", key.x_dtype, bytes_of(segs[i].conv_state_out),
+                  want[i].conv_state_out);
+      ExpectClose("dweight", key.grad_weight_dtype, reqs[i]->dweight, want[i].dweight);
+      ExpectClose("dbias", key.grad_weight_dtype, reqs[i]->dbias, want[i].dbias);
+    }
+  }
 }
 
 TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {

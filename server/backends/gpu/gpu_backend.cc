@@ -1,5 +1,7 @@
 #include "server/backends/gpu/gpu_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -7,6 +9,7 @@
 #include "server/backends/cpu/thread_pool.h"
 #include "server/backends/gpu/batch_layout.h"
 #include "server/backends/gpu/gpu_backend_internal.h"
+#include "server/backends/gpu/host_pool.h"
 
 namespace conv1d {
 namespace {
@@ -32,6 +35,11 @@ absl::Status ValidateOptions(const GpuBackendOptions& o) {
   if (o.workspace_bytes < kMiB) {
     return absl::InvalidArgumentError(absl::StrCat(
         "workspace_bytes must be >= 1 MiB, got ", o.workspace_bytes));
+  }
+  if (o.host_pool_bytes < -1 || o.direct_copy_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_pool_bytes must be -1 (off), 0 (derive) or positive, and "
+        "direct_copy_bytes >= 0; got ", o.host_pool_bytes, " and ", o.direct_copy_bytes));
   }
   if (o.weight_cache_bytes < 0 || o.pack_threads < 0) {
     return absl::InvalidArgumentError(
@@ -138,6 +146,37 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
     }
   }
 
+  // The host pool: page-locked for every device, made once like the rest.
+  int64_t host_bytes = options.host_pool_bytes;
+  if (host_bytes == 0) {
+    const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+                         static_cast<int64_t>(sysconf(_SC_PAGE_SIZE));
+    host_bytes = std::clamp<int64_t>(phys / 32, 64 * kMiB, 4 * kGiB);
+  }
+  if (host_bytes > 0) {
+    void* region = nullptr;
+    absl::Status st = gpu::GpuStatus(hipSetDevice(backend->devices_[0]->index), "hipSetDevice");
+    if (st.ok()) {
+      st = gpu::GpuStatus(gpu::PinnedAlloc(&region, host_bytes, /*portable=*/true),
+                          "allocating the host pool");
+    }
+    if (!st.ok()) {
+      (void)hipGetLastError();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          st.message(), " (", host_bytes, " page-locked bytes; lower host_pool_bytes "
+          "or turn the pool off with -1)"));
+    }
+    backend->host_pool_ = std::shared_ptr<gpu::HostPool>(
+        new gpu::HostPool(region, host_bytes), [region](gpu::HostPool* pool) {
+          delete pool;
+          gpu::PinnedFree(region);
+        });
+    if (options.observer != nullptr) {
+      const Device& first = *backend->devices_[0];
+      options.observer->OnPoolBytes("pinned", first.index, first.pinned_pool_bytes + host_bytes);
+    }
+  }
+
   // Lanes interleave over devices so that light load spreads across them.
   const int ndev = static_cast<int>(backend->devices_.size());
   for (int i = 0; i < ndev * options.lanes_per_device; ++i) {
@@ -216,6 +255,19 @@ absl::Status GpuBackend::Health() const {
     }
   }
   return absl::OkStatus();
+}
+
+std::shared_ptr<void> GpuBackend::AllocateHostBuffer(int64_t bytes) {
+  if (host_pool_ != nullptr && bytes > 0) {
+    if (void* p = host_pool_->Allocate(bytes)) {
+      return std::shared_ptr<void>(p, [pool = host_pool_](void* q) { pool->Free(q); });
+    }
+  }
+  return Backend::AllocateHostBuffer(bytes);
+}
+
+int64_t GpuBackend::host_pool_bytes() const {
+  return host_pool_ == nullptr ? 0 : host_pool_->capacity_bytes();
 }
 
 bool GpuBackend::LaneAvailable(int lane) const {

@@ -10,6 +10,8 @@
 // staging (in parallel), one async H2D copy, one fused kernel launch, one
 // async D2H copy, an event; then outputs are copied out to the requests.
 // Requests larger than a lane are cut along B into several such rounds.
+// Tensors that live in the host pool (AllocateHostBuffer) skip packing: they
+// are copied by their own DMA straight from (and back to) the request.
 // Several lanes per device let packing, copies and kernels of consecutive
 // batches overlap. After start no device or pinned allocation happens
 // (gpu::AllocationCount() stays flat).
@@ -37,6 +39,9 @@
 namespace conv1d {
 
 class ThreadPool;
+namespace gpu {
+class HostPool;
+}
 
 struct GpuBackendOptions {
   // Device indices to use; empty means every visible device.
@@ -54,6 +59,15 @@ struct GpuBackendOptions {
   // Threads that pack and unpack staging buffers (shared by all lanes);
   // 0: min(16, hardware concurrency).
   int pack_threads = 0;
+  // Page-locked host memory for request and response tensors
+  // (AllocateHostBuffer), shared by all devices; tensors there of at least
+  // direct_copy_bytes move by DMA with no staging memcpy. -1: no pool
+  // (AllocateHostBuffer hands out heap memory); 0 derives it (1/32 of
+  // physical memory, 64 MiB .. 4 GiB).
+  int64_t host_pool_bytes = -1;
+  // Smallest tensor copied by its own DMA rather than through staging (each
+  // copy costs a few microseconds of API time, so small ones are packed).
+  int64_t direct_copy_bytes = int64_t{256} << 10;
   Observer* observer = nullptr;  // not owned; may be null
 };
 
@@ -82,7 +96,10 @@ class GpuBackend final : public Backend {
   // OK while every device serves; otherwise the first sticky error.
   absl::Status Health() const override;
   bool LaneAvailable(int lane) const override;
+  // Page-locked from the host pool while it has room, else heap memory.
+  std::shared_ptr<void> AllocateHostBuffer(int64_t bytes) override;
   int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
+  int64_t host_pool_bytes() const;
 
  private:
   struct Device;
@@ -99,6 +116,9 @@ class GpuBackend final : public Backend {
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::unique_ptr<ThreadPool> pack_pool_;
+  // Shared with the deleters of the buffers it hands out, which may outlive
+  // the backend; null when the pool is off.
+  std::shared_ptr<gpu::HostPool> host_pool_;
 };
 
 }  // namespace conv1d

@@ -10,12 +10,13 @@
 #include "server/backends/gpu/batch_layout.h"
 #include "server/backends/gpu/gpu_backend.h"
 #include "server/backends/gpu/gpu_backend_internal.h"
+#include "server/backends/gpu/host_pool.h"
 
 namespace conv1d {
 namespace {
 
 constexpr int64_t kCopyChunkBytes = int64_t{1} << 20;
-constexpr int64_t kInlineCopyBytes = int64_t{2} << 20;
+constexpr int64_t kInlineCopyBytes = int64_t{256} << 10;
 
 kernels::Conv1dProblem ProblemOf(const BatchKey& key) {
   kernels::Conv1dProblem p;
@@ -44,6 +45,32 @@ void StoreFloats(void* dst, DType dtype, const float* src, int64_t n) {
     return;
   }
   for (int64_t i = 0; i < n; ++i) StoreFromFloat(dst, dtype, i, src[i]);
+}
+
+// A byte range of the lane buffer moved by one staged copy.
+struct Range {
+  int64_t offset;
+  int64_t bytes;
+};
+
+// Sorts `ranges` and merges those separated by no more than slot padding,
+// so that consecutive staged slots move in one copy.
+void MergeRanges(std::vector<Range>& ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  std::vector<Range> merged;
+  for (const Range& r : ranges) {
+    if (!merged.empty()) {
+      Range& last = merged.back();
+      const int64_t end = last.offset + last.bytes;
+      if (r.offset >= end && r.offset - end < gpu::kSlotAlignBytes) {
+        last.bytes = r.offset + r.bytes - last.offset;
+        continue;
+      }
+    }
+    merged.push_back(r);
+  }
+  ranges.swap(merged);
 }
 
 }  // namespace
@@ -158,11 +185,22 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
   }
   std::vector<std::vector<float>> dw_acc(n), db_acc(n);
 
-  std::vector<CopyJob> jobs;
+  // Tensors in the host pool move by their own DMA, straight between the
+  // request and the device; the rest goes through the lane's staging.
+  auto direct = [&](const void* p, int64_t bytes) {
+    return host_pool_ != nullptr && bytes >= options_.direct_copy_bytes &&
+           host_pool_->Contains(p, bytes);
+  };
+  std::vector<CopyJob> jobs, direct_in, direct_out;
+  std::vector<Range> h2d_runs, d2h_runs;
   for (const gpu::Round& round : *rounds) {
     const absl::Time pack_start = absl::Now();
     lane.table.assign(round.pieces.size(), kernels::Conv1dSegment{});
     jobs.clear();
+    direct_in.clear();
+    direct_out.clear();
+    h2d_runs.assign(1, Range{round.table_offset, round.table_bytes});
+    d2h_runs.clear();
     auto dev_ptr = [&](int64_t off) -> char* {
       return off < 0 ? nullptr : lane.buffer + off;
     };
@@ -175,9 +213,33 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       auto stage = [&](int64_t slot, const TensorView& v, int64_t row_bytes,
                        int64_t bytes) {
         if (slot < 0) return;
-        jobs.push_back({lane.pinned + slot,
-                        static_cast<const char*>(v.data) + pc.b_begin * row_bytes, bytes});
+        const char* src = static_cast<const char*>(v.data) + pc.b_begin * row_bytes;
+        if (direct(src, bytes)) {
+          direct_in.push_back({lane.buffer + slot, src, bytes});
+          return;
+        }
+        jobs.push_back({lane.pinned + slot, src, bytes});
+        h2d_runs.push_back({slot, bytes});
       };
+      // Outputs: the same choice, made now so that the copies can be queued
+      // behind the kernel (the unpack step below skips the direct ones).
+      auto stage_out = [&](int64_t slot, const OutputView& v, int64_t row_bytes,
+                           int64_t bytes) {
+        if (slot < 0 || !v.present()) return;
+        char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
+        if (direct(dst, bytes)) {
+          direct_out.push_back({dst, lane.buffer + slot, bytes});
+        } else {
+          d2h_runs.push_back({slot, bytes});
+        }
+      };
+      stage_out(sl.y, seg.y, row.x, all.x);
+      stage_out(sl.dx, seg.dx, row.x, all.x);
+      stage_out(sl.final_states, seg.final_states, row.state, all.state);
+      stage_out(sl.dinitial_states, seg.dinitial_states, row.state, all.state);
+      stage_out(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state);
+      if (sl.dweight >= 0) d2h_runs.push_back({sl.dweight, all.dweight});
+      if (sl.dbias >= 0) d2h_runs.push_back({sl.dbias, all.dbias});
       stage(sl.x, seg.x, row.x, all.x);
       stage(sl.dout, seg.dout, row.x, all.x);
       stage(sl.initial_states, seg.initial_states, row.state, all.state);
@@ -195,6 +257,10 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       } else {
         stage(sl.weight, seg.weight, 0, all.weight);
         stage(sl.bias, seg.bias, 0, all.bias);
+      }
+      if (convert_weights) {
+        if (sl.weight >= 0) h2d_runs.push_back({sl.weight, key.dim * key.width * 4});
+        if (sl.bias >= 0) h2d_runs.push_back({sl.bias, key.dim * 4});
       }
 
       kernels::Conv1dSegment& t = lane.table[p];
@@ -233,11 +299,21 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     ParallelCopy(pack_pool_.get(), jobs);
     stats->pack_seconds += absl::ToDoubleSeconds(absl::Now() - pack_start);
 
+    MergeRanges(h2d_runs);
+    MergeRanges(d2h_runs);
+    int64_t h2d_bytes = 0, d2h_bytes = 0;
     const char* what = "queueing the H2D copy";
     err = hipEventRecord(lane.events[0], lane.stream);
-    if (err == hipSuccess) {
-      err = hipMemcpyAsync(lane.buffer, lane.pinned, round.input_end,
+    for (const Range& r : h2d_runs) {
+      if (err != hipSuccess) break;
+      err = hipMemcpyAsync(lane.buffer + r.offset, lane.pinned + r.offset, r.bytes,
                            hipMemcpyHostToDevice, lane.stream);
+      h2d_bytes += r.bytes;
+    }
+    for (const CopyJob& j : direct_in) {
+      if (err != hipSuccess) break;
+      err = hipMemcpyAsync(j.dst, j.src, j.bytes, hipMemcpyHostToDevice, lane.stream);
+      h2d_bytes += j.bytes;
     }
     if (err == hipSuccess) err = hipEventRecord(lane.events[1], lane.stream);
     if (err == hipSuccess) {
@@ -248,12 +324,17 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
           lane.workspace, lane.workspace_bytes, lane.stream);
     }
     if (err == hipSuccess) err = hipEventRecord(lane.events[2], lane.stream);
-    if (err == hipSuccess) {
-      what = "queueing the D2H copy";
-      err = hipMemcpyAsync(lane.pinned + round.output_begin,
-                           lane.buffer + round.output_begin,
-                           round.output_end - round.output_begin,
+    if (err == hipSuccess) what = "queueing the D2H copy";
+    for (const Range& r : d2h_runs) {
+      if (err != hipSuccess) break;
+      err = hipMemcpyAsync(lane.pinned + r.offset, lane.buffer + r.offset, r.bytes,
                            hipMemcpyDeviceToHost, lane.stream);
+      d2h_bytes += r.bytes;
+    }
+    for (const CopyJob& j : direct_out) {
+      if (err != hipSuccess) break;
+      err = hipMemcpyAsync(j.dst, j.src, j.bytes, hipMemcpyDeviceToHost, lane.stream);
+      d2h_bytes += j.bytes;
     }
     if (err == hipSuccess) err = hipEventRecord(lane.events[3], lane.stream);
     if (err == hipSuccess) {
@@ -268,8 +349,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     stats->h2d_seconds += ms[0] * 1e-3;
     stats->compute_seconds += ms[1] * 1e-3;
     stats->d2h_seconds += ms[2] * 1e-3;
-    stats->h2d_bytes += round.input_end;
-    stats->d2h_bytes += round.output_end - round.output_begin;
+    stats->h2d_bytes += h2d_bytes;
+    stats->d2h_bytes += d2h_bytes;
     stats->launches += 1;
 
     // Unpack: outputs to the requests, weight gradients converted/summed.
@@ -284,8 +365,9 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       auto unstage = [&](int64_t slot, const OutputView& v, int64_t row_bytes,
                          int64_t bytes) {
         if (slot < 0 || !v.present()) return;
-        jobs.push_back({static_cast<char*>(v.data) + pc.b_begin * row_bytes,
-                        lane.pinned + slot, bytes});
+        char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
+        if (direct(dst, bytes)) return;  // already there by DMA
+        jobs.push_back({dst, lane.pinned + slot, bytes});
       };
       unstage(sl.y, seg.y, row.x, all.x);
       unstage(sl.dx, seg.dx, row.x, all.x);

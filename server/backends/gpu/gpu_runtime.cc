@@ -42,9 +42,10 @@ hipError_t DeviceAlloc(void** ptr, int64_t bytes) {
   return hipMalloc(ptr, static_cast<size_t>(bytes));
 }
 
-hipError_t PinnedAlloc(void** ptr, int64_t bytes) {
+hipError_t PinnedAlloc(void** ptr, int64_t bytes, bool portable) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return hipHostMalloc(ptr, static_cast<size_t>(bytes), hipHostMallocDefault);
+  return hipHostMalloc(ptr, static_cast<size_t>(bytes),
+                       portable ? hipHostMallocPortable : hipHostMallocDefault);
 }
 
 void DeviceFree(void* ptr) {

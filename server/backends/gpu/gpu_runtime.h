@@ -19,6 +19,7 @@
 #define hipMemGetInfo cudaMemGetInfo
 #define hipHostMalloc(p, n, f) cudaHostAlloc((p), (n), (f))
 #define hipHostMallocDefault cudaHostAllocDefault
+#define hipHostMallocPortable cudaHostAllocPortable
 #define hipHostFree cudaFreeHost
 #define hipStreamCreateWithFlags cudaStreamCreateWithFlags
 #define hipStreamNonBlocking cudaStreamNonBlocking
@@ -40,7 +41,8 @@ bool IsStickyError(hipError_t err);
 
 // Counted allocations (device memory and page-locked host memory).
 hipError_t DeviceAlloc(void** ptr, int64_t bytes);
-hipError_t PinnedAlloc(void** ptr, int64_t bytes);
+// `portable`: page-locked for every device, not only the current one.
+hipError_t PinnedAlloc(void** ptr, int64_t bytes, bool portable = false);
 void DeviceFree(void* ptr);
 void PinnedFree(void* ptr);
 

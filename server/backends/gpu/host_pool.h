@@ -1,0 +1,69 @@
+// HostPool: a thread-safe block allocator over one caller-provided region of
+// host memory (the GPU backend gives it page-locked memory allocated once at
+// start). Request and response tensors that live in the region can be copied
+// to and from the device by DMA directly, with no staging memcpy.
+//
+// Blocks come in power-of-two size classes from kMinBlockBytes up; a freed
+// block goes back to its class's free list and is reused by the next request
+// of that class (never split or merged), so steady traffic of similar shapes
+// allocates nothing new. Allocate() returns null when the region has no room
+// for the class; callers fall back to ordinary heap memory.
+//
+// Pure host code (no GPU runtime), unit-tested without a device.
+// Thread-safety: every method may be called from any thread.
+#ifndef CONV1D_SERVER_BACKENDS_GPU_HOST_POOL_H_
+#define CONV1D_SERVER_BACKENDS_GPU_HOST_POOL_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace conv1d::gpu {
+
+class HostPool {
+ public:
+  static constexpr int64_t kMinBlockBytes = int64_t{4} << 10;
+  static constexpr int kClasses = 40;
+
+  // REQUIRES: `region` stays valid for the pool's lifetime; bytes >= 0.
+  HostPool(void* region, int64_t bytes);
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
+
+  // A block of at least `bytes` (> 0) at an offset from the region's start
+  // that is a multiple of kMinBlockBytes; null when the region is exhausted
+  // for that size.
+  void* Allocate(int64_t bytes);
+  // REQUIRES: `p` came from Allocate() on this pool and is not yet freed.
+  void Free(void* p);
+
+  // True when [p, p + bytes) lies inside the region.
+  bool Contains(const void* p, int64_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= base_ && bytes >= 0 && c + bytes <= base_ + bytes_;
+  }
+
+  int64_t capacity_bytes() const { return bytes_; }
+  // Bytes handed out and not yet freed (whole blocks).
+  int64_t bytes_in_use() const;
+
+ private:
+  static int ClassOf(int64_t bytes);
+
+  char* const base_;
+  const int64_t bytes_;
+  mutable absl::Mutex mu_;
+  int64_t carved_ ABSL_GUARDED_BY(mu_) = 0;  // bump pointer into the region
+  int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  std::array<std::vector<char*>, kClasses> free_ ABSL_GUARDED_BY(mu_);
+  // Size class of every carved block, by block index (offset / kMinBlockBytes
+  // of its first byte); -1 for offsets that start no block.
+  std::vector<int8_t> class_of_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace conv1d::gpu
+
+#endif  // CONV1D_SERVER_BACKENDS_GPU_HOST_POOL_H_
