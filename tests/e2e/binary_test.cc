@@ -28,7 +28,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
        {"--listen", "--metrics_listen", "--backend", "--threads", "--lanes",
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
-        "--log_level"}) {
+        "--log_level", "--log_format"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -40,6 +40,7 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--no_such_flag=1"}, "no_such_flag"},
       {{"--max_message_bytes=1000"}, "max_message_bytes"},
       {{"--log_level=loud"}, "--log_level: unknown level 'loud'"},
+      {{"--log_format=xml"}, "--log_format: unknown format 'xml'"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
       {{"stray_argument"}, "unexpected argument 'stray_argument'"},
