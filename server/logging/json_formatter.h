@@ -9,7 +9,8 @@
 // message, escaped so that any bytes (quotes, newlines, control characters,
 // invalid UTF-8 from a client's string) still give one valid JSON line.
 //
-// Used by log_setup.cc for --log_format=json.
+// Used by log_setup.cc for --log_format=json and by the access log, which
+// shares the timestamp and the escaping.
 //
 // Thread-safety: the free functions are pure. A JsonFormatter has no mutable
 // state; spdlog calls format() under its sink's lock and clone()s one per

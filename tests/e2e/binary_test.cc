@@ -28,7 +28,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
        {"--listen", "--metrics_listen", "--backend", "--threads", "--lanes",
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
-        "--log_level", "--log_format"}) {
+        "--log_level", "--log_format", "--access_log"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -41,6 +41,7 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--max_message_bytes=1000"}, "max_message_bytes"},
       {{"--log_level=loud"}, "--log_level: unknown level 'loud'"},
       {{"--log_format=xml"}, "--log_format: unknown format 'xml'"},
+      {{"--access_log=/nonexistent-dir/access.log"}, "--access_log: cannot open"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
       {{"stray_argument"}, "unexpected argument 'stray_argument'"},
