@@ -3,7 +3,7 @@
 // lets through, that a string holds no raw control character), and field
 // access for the assertions.
 //
-// Used by tests/logging.
+// Used by tests/logging and the binary's logging test in tests/e2e.
 // Pure functions; safe from any thread.
 #ifndef CONV1D_TESTS_LOGGING_JSON_LINE_H_
 #define CONV1D_TESTS_LOGGING_JSON_LINE_H_
