@@ -1,8 +1,10 @@
 // conv1d_server: serves causal depthwise conv1d over gRPC (see README.md).
 //
-// Parses flags, builds a conv1d::Server, logs one startup line and waits for
-// SIGTERM or SIGINT, which drain the server (health NOT_SERVING, stop
-// accepting, finish in-flight calls) and exit 0 within --drain_timeout_s.
+// Parses flags, sets up the log (stderr, --log_format, --log_level) and the
+// optional access log, builds a conv1d::Server, logs one startup line and
+// waits for SIGTERM or SIGINT, which drain the server (health NOT_SERVING,
+// stop accepting, finish in-flight calls) and exit 0 within
+// --drain_timeout_s.
 // A second signal during the drain exits at once with status 1, and so does
 // a drain still running 10 s past --drain_timeout_s (a batch stuck in the
 // backend).
@@ -12,6 +14,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +32,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "server/frontend/server.h"
+#include "server/logging/access_log.h"
+#include "server/logging/log_setup.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
@@ -73,7 +79,15 @@ ABSL_FLAG(int32_t, drain_grace_ms, 500,
           "on SIGTERM/SIGINT, milliseconds health reports NOT_SERVING before "
           "the listener stops accepting (within --drain_timeout_s)");
 ABSL_FLAG(std::string, log_level, "info",
-          "trace, debug, info, warn, error, critical or off");
+          "trace, debug, info, warn, error, critical or off; debug adds a "
+          "line per finished request");
+ABSL_FLAG(std::string, log_format, "text",
+          "stderr log format: text, or json (one object per line: ts, level, "
+          "logger, thread, msg)");
+ABSL_FLAG(std::string, access_log, "",
+          "file to append one line per finished request to (peer, method, "
+          "request id, code, latency, bytes; in --log_format); '-' = stderr; "
+          "empty = no access log");
 
 namespace {
 
@@ -143,13 +157,29 @@ int main(int argc, char** argv) {
   }
 
   const std::string level_name = absl::GetFlag(FLAGS_log_level);
-  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
-  if (level == spdlog::level::off && level_name != "off") {
+  const std::optional<spdlog::level::level_enum> level = conv1d::ParseLogLevel(level_name);
+  if (!level.has_value()) {
     return UsageError(absl::StrCat("--log_level: unknown level '", level_name,
                                    "', expected trace, debug, info, warn, error, "
                                    "critical or off"));
   }
-  spdlog::set_level(level);
+  const std::string format_name = absl::GetFlag(FLAGS_log_format);
+  const std::optional<conv1d::LogFormat> format = conv1d::ParseLogFormat(format_name);
+  if (!format.has_value()) {
+    return UsageError(absl::StrCat("--log_format: unknown format '", format_name,
+                                   "', expected text or json"));
+  }
+  conv1d::ConfigureLogging(*format, *level);
+  std::shared_ptr<conv1d::AccessLog> access_log;
+  const std::string access_log_path = absl::GetFlag(FLAGS_access_log);
+  if (!access_log_path.empty()) {
+    absl::StatusOr<std::unique_ptr<conv1d::AccessLog>> created =
+        conv1d::AccessLog::Create(access_log_path, *format);
+    if (!created.ok()) {
+      return UsageError(absl::StrCat("--access_log: ", created.status().message()));
+    }
+    access_log = std::move(*created);
+  }
 
   const double drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);
   if (!(drain_timeout_s >= 0 && drain_timeout_s <= 86400)) {
@@ -184,6 +214,7 @@ int main(int argc, char** argv) {
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
+  options.access_log = access_log;
 
   absl::StatusOr<std::unique_ptr<conv1d::Server>> server =
       conv1d::Server::Create(std::move(options));
@@ -202,14 +233,15 @@ int main(int argc, char** argv) {
       "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
       "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
       "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
-      "drain_grace_ms={}",
+      "drain_grace_ms={} log_level={} log_format={} access_log={}",
       conv1d::ServerVersion(), s.backend().name(), absl::StrJoin(s.devices(), ", "),
       absl::GetFlag(FLAGS_listen), s.bound_port(), absl::GetFlag(FLAGS_metrics_listen),
       metrics, s.backend().num_lanes(), absl::GetFlag(FLAGS_threads),
       absl::GetFlag(FLAGS_max_batch_bytes), absl::GetFlag(FLAGS_max_batch_requests),
       absl::GetFlag(FLAGS_max_queue_delay_us), absl::GetFlag(FLAGS_max_queued_requests),
       absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
-      drain_timeout_s, drain_grace_ms);
+      drain_timeout_s, drain_grace_ms, level_name, format_name,
+      access_log_path.empty() ? "off" : access_log_path);
 
   int signal_number = 0;
   sigwait(&drain_signals, &signal_number);
@@ -233,6 +265,12 @@ int main(int argc, char** argv) {
   }).detach();
   (*server)->Shutdown(absl::Now() + absl::Seconds(drain_timeout_s));
   server->reset();
+  if (access_log != nullptr && access_log->dropped_lines() > 0) {
+    spdlog::warn("access log: {} lines dropped (the writer fell {} lines behind)",
+                 access_log->dropped_lines(), conv1d::AccessLog::kQueueLines);
+  }
+  // Writes out the access log's queued lines.
+  access_log.reset();
   spdlog::info("stopped");
   return 0;
 }

@@ -64,10 +64,20 @@ Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler
       backend_(backend),
       observer_(observer) {}
 
+Conv1dService::CallInfo Conv1dService::Begin(const char* method,
+                                              grpc::CallbackServerContext* context,
+                                              const grpc::ByteBuffer* request) {
+  CallInfo call;
+  call.method = method;
+  call.start = absl::Now();
+  call.bytes_received = static_cast<int64_t>(request->Length());
+  call.request_id = request_ids_.Next(*context);
+  observer_->OnRequestStart(method);
+  return call;
+}
+
 void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
-                           grpc::CallbackServerContext* context,
-                           const char* method, absl::Time start,
-                           int64_t bytes_received,
+                           grpc::CallbackServerContext* context, const CallInfo& call,
                            const google::protobuf::Message* message,
                            grpc::ByteBuffer* response, absl::Status status,
                            bool retry_hint) {
@@ -82,8 +92,19 @@ void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
       status = absl::InternalError(absl::StrCat("response: ", s.error_message()));
     }
   }
-  observer_->OnRequestDone(method, status.code(), absl::Now() - start,
-                           bytes_received, bytes_sent);
+  const absl::Duration latency = absl::Now() - call.start;
+  observer_->OnRequestDone(call.method, status.code(), latency, call.bytes_received,
+                           bytes_sent);
+  FinishedCall finished;
+  finished.method = call.method;
+  finished.request_id = call.request_id;
+  finished.status = status;
+  finished.latency = latency;
+  finished.request_bytes = call.bytes_received;
+  finished.response_bytes = bytes_sent;
+  finished.request = call.request;
+  LogFinishedCall(finished, context, options_.access_log.get());
+  context->AddTrailingMetadata(kRequestIdKey, call.request_id);
   if (retry_hint) AddRetryHint(status, context);
   reactor->Finish(ToGrpcStatus(status));
 }
@@ -93,19 +114,18 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     const char* method, grpc::CallbackServerContext* context,
     const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
     Validate validate, Bind bind) {
-  const absl::Time start = absl::Now();
-  observer_->OnRequestStart(method);
+  CallInfo info = Begin(method, context, request);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const int64_t bytes_received = static_cast<int64_t>(request->Length());
   auto fail = [&](RejectReason reason, const absl::Status& status) {
     observer_->OnRejected(reason);
-    Finish(reactor, context, method, start, bytes_received, nullptr, response, status);
+    Finish(reactor, context, info, nullptr, response, status);
     return reactor;
   };
 
   auto call = std::make_shared<ComputeCall<Request, Response>>();
   absl::Status status = Parse(*request, &call->request);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
+  info.request = &call->request;
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
@@ -134,15 +154,15 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   // The task (and so `call`) lives until on_done has returned.
   const Response* message = &call->response;
   task->keepalive = std::move(call);
-  task->on_done = [this, reactor, context, method, start, bytes_received, message,
-                   response](const absl::Status& done, const TaskTimings&) {
-    Finish(reactor, context, method, start, bytes_received, message, response, done);
+  task->on_done = [this, reactor, context, info, message, response](
+                      const absl::Status& done, const TaskTimings&) {
+    Finish(reactor, context, info, message, response, done);
   };
   status = scheduler_->Submit(&task);
   if (!status.ok()) {
-    // Still ours: on_done will not run. The scheduler has already reported
-    // the rejection (queue full, draining) to the observer.
-    Finish(reactor, context, method, start, bytes_received, nullptr, response, status);
+    // Still ours (and so is `call`): on_done will not run. The scheduler has
+    // already reported the rejection (queue full, draining) to the observer.
+    Finish(reactor, context, info, nullptr, response, status);
   }
   return reactor;
 }
@@ -153,19 +173,18 @@ grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
                                                 const grpc::ByteBuffer* request,
                                                 grpc::ByteBuffer* response,
                                                 Handle handle) {
-  const absl::Time start = absl::Now();
-  observer_->OnRequestStart(method);
+  CallInfo info = Begin(method, context, request);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Request req;
   Response resp;
   absl::Status status = Parse(*request, &req);
   if (status.ok()) {
+    info.request = &req;
     status = handle(req, &resp);
   }
   if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
   // A full weight registry does not empty by waiting: no retry hint.
-  Finish(reactor, context, method, start, static_cast<int64_t>(request->Length()),
-         &resp, response, status, /*retry_hint=*/false);
+  Finish(reactor, context, info, &resp, response, status, /*retry_hint=*/false);
   return reactor;
 }
 

@@ -15,6 +15,9 @@
 // The registry RPCs (RegisterWeights, UnregisterWeights, ListWeights) and
 // ServerInfo are answered inline: they touch only host memory.
 //
+// Every call gets a request id (request_log.h), returned as the trailer
+// `x-request-id` and named in the call's debug line and access log line.
+//
 // Errors reach the client through status_mapping.h only. Observer hooks:
 // OnRequestStart / OnRequestDone for every RPC, OnRejected(kInvalid) for a
 // failed validation and OnRejected(kTooLarge) for a request over the size
@@ -22,14 +25,15 @@
 // rejections).
 //
 // Thread-safety: handlers run concurrently on gRPC's threads; the service
-// holds no mutable state besides an atomic task counter. The scheduler,
-// registry, backend and observer are not owned and must outlive the
-// grpc::Server the service is registered with.
+// holds no mutable state besides atomic task and request-id counters. The
+// scheduler, registry, backend and observer are not owned and must outlive
+// the grpc::Server the service is registered with.
 #ifndef CONV1D_SERVER_FRONTEND_CONV1D_SERVICE_H_
 #define CONV1D_SERVER_FRONTEND_CONV1D_SERVICE_H_
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,7 +44,9 @@
 #include "server/core/observer.h"
 #include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
+#include "server/frontend/request_log.h"
 #include "server/frontend/validation.h"
+#include "server/logging/access_log.h"
 
 namespace conv1d {
 
@@ -48,6 +54,8 @@ struct ServiceOptions {
   ValidationLimits limits;
   // Reported by ServerInfo.
   std::string version;
+  // One line per finished call; null: no access log.
+  std::shared_ptr<AccessLog> access_log;
 };
 
 // Every method of conv1d.v1.Conv1d as a raw callback method.
@@ -104,13 +112,28 @@ class Conv1dService final : public RawConv1dService {
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response, Handle handle);
 
-  // Serializes `message` (when `status` is OK) into `response`, reports the
-  // outcome and finishes the call, with a retry hint for retryable errors
-  // when `retry_hint` (compute calls: a full queue empties). After this
-  // returns, the context and the buffers may be gone.
+  // What Finish needs to know about a call besides its outcome.
+  struct CallInfo {
+    const char* method = "";
+    absl::Time start;
+    int64_t bytes_received = 0;
+    std::string request_id;
+    // The parsed request, described in the debug line; null when it did not
+    // parse. Must stay valid until Finish returns.
+    const google::protobuf::Message* request = nullptr;
+  };
+
+  // Starts a call: its start time, observer report and request id.
+  CallInfo Begin(const char* method, grpc::CallbackServerContext* context,
+                 const grpc::ByteBuffer* request);
+
+  // Serializes `message` (when `status` is OK) into `response`, reports and
+  // logs the outcome, sends the request id and finishes the call, with a
+  // retry hint for retryable errors when `retry_hint` (compute calls: a full
+  // queue empties). After this returns, the context and the buffers may be
+  // gone.
   void Finish(grpc::ServerUnaryReactor* reactor,
-              grpc::CallbackServerContext* context, const char* method,
-              absl::Time start, int64_t bytes_received,
+              grpc::CallbackServerContext* context, const CallInfo& call,
               const google::protobuf::Message* message,
               grpc::ByteBuffer* response, absl::Status status,
               bool retry_hint = true);
@@ -121,6 +144,7 @@ class Conv1dService final : public RawConv1dService {
   Backend* const backend_;
   Observer* const observer_;
   std::atomic<uint64_t> next_task_id_{1};
+  RequestIds request_ids_;
 };
 
 }  // namespace conv1d

@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 
   ServiceOptions service_options;
   service_options.version = ServerVersion();
+  service_options.access_log = options.access_log;
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
                                                  ? options.max_request_bytes
                                                  : options.max_message_bytes;

@@ -32,6 +32,7 @@
 #include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
 #include "server/frontend/backend_factory.h"
+#include "server/logging/access_log.h"
 
 namespace conv1d {
 
@@ -58,6 +59,8 @@ struct ServerOptions {
   // How long health reports NOT_SERVING before the listener stops accepting,
   // so that load balancers stop sending first. Bounded by the drain deadline.
   absl::Duration drain_grace = absl::Milliseconds(500);
+  // One line per finished RPC (server/logging/access_log.h); null: none.
+  std::shared_ptr<AccessLog> access_log;
 
   // Test hooks. A non-null `backend_instance` is used instead of building
   // `backend`; a non-null `observer` (not owned, must outlive the Server)

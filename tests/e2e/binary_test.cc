@@ -1,16 +1,9 @@
 // The real conv1d_server binary: --help, invalid flags, and a SIGTERM drain
 // with requests in flight (health NOT_SERVING before the listener closes,
 // in-flight requests answered, exit 0 within the bound).
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <fstream>
 #include <memory>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,79 +12,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
-
-extern char** environ;
+#include "tests/e2e/server_process.h"
 
 namespace conv1d::e2e {
 namespace {
 
 using ::testing::HasSubstr;
-
-// A child process running conv1d_server with its stdout and stderr in a file.
-class ServerProcess {
- public:
-  explicit ServerProcess(std::vector<std::string> args) {
-    static int counter = 0;
-    log_path_ = absl::StrCat(::testing::TempDir(), "conv1d_server_", getpid(), "_",
-                             counter++, ".log");
-    std::vector<std::string> argv_strings = {CONV1D_SERVER_BINARY};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_strings) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    spawn_error_ = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~ServerProcess() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
-    unlink(log_path_.c_str());
-  }
-
-  bool started() const { return spawn_error_ == 0; }
-  pid_t pid() const { return pid_; }
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  // Waits for exit; the exit code, or -1 on timeout, -2 when killed by a signal.
-  int Wait(absl::Duration timeout) {
-    const absl::Time give_up = absl::Now() + timeout;
-    while (true) {
-      int status = 0;
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
-      }
-      if (absl::Now() > give_up) return -1;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-  }
-  // Reads the gRPC port from the startup log line; 0 when not (yet) there.
-  int Port() const {
-    std::smatch m;
-    const std::string log = Log();
-    static const std::regex kPort(R"(grpc=\S+ \(port (\d+)\))");
-    return std::regex_search(log, m, kPort) ? std::stoi(m[1]) : 0;
-  }
-
- private:
-  std::string log_path_;
-  pid_t pid_ = -1;
-  int spawn_error_ = 0;
-  bool exited_ = false;
-};
 
 TEST(ServerBinary, HelpListsTheFlags) {
   ServerProcess p({"--help"});
@@ -102,7 +28,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
        {"--listen", "--metrics_listen", "--backend", "--threads", "--lanes",
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
-        "--log_level"}) {
+        "--log_level", "--log_format", "--access_log"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -114,6 +40,8 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--no_such_flag=1"}, "no_such_flag"},
       {{"--max_message_bytes=1000"}, "max_message_bytes"},
       {{"--log_level=loud"}, "--log_level: unknown level 'loud'"},
+      {{"--log_format=xml"}, "--log_format: unknown format 'xml'"},
+      {{"--access_log=/nonexistent-dir/access.log"}, "--access_log: cannot open"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
       {{"stray_argument"}, "unexpected argument 'stray_argument'"},
