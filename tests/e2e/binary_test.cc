@@ -102,7 +102,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
        {"--listen", "--metrics_listen", "--backend", "--threads", "--lanes",
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
-        "--log_level"}) {
+        "--max_connection_age_s", "--max_connection_age_grace_s", "--log_level"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -116,6 +116,9 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--log_level=loud"}, "--log_level: unknown level 'loud'"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
+      {{"--max_connection_age_s=-1"}, "--max_connection_age_s: -1"},
+      {{"--max_connection_age_s=3000000"}, "--max_connection_age_s: 3e+06"},
+      {{"--max_connection_age_grace_s=0.0001"}, "--max_connection_age_grace_s: 0.0001"},
       {{"stray_argument"}, "unexpected argument 'stray_argument'"},
   };
   for (const auto& [args, message] : cases) {
