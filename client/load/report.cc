@@ -40,7 +40,7 @@ std::string JsonEscape(const std::string& s) {
 std::vector<std::string> StepColumns() {
   return {"concurrency", "rate", "requests", "errors", "errors_by_code", "throughput_rps",
           "gbps", "p50_us", "p90_us", "p95_us", "p99_us", "p999_us", "max_us", "mean_us",
-          "stable", "windows", "window_s", "sent_total", "completed_total",
+          "stable", "windows", "window_s", "measured_s", "sent_total", "completed_total",
           "errors_total", "late_sends", "max_late_us", "verified", "wrong", "verify_skipped",
           "server_requests", "server_queue_mean_us", "server_compute_mean_us"};
 }
@@ -72,6 +72,7 @@ std::map<std::string, std::string> StepValues(const StepResult& s) {
   v["stable"] = s.stable ? "true" : "false";
   v["windows"] = absl::StrCat(s.windows);
   v["window_s"] = Num(s.window_s);
+  v["measured_s"] = Num(s.measured_s);
   v["sent_total"] = absl::StrCat(s.sent_total);
   v["completed_total"] = absl::StrCat(s.completed_total);
   v["errors_total"] = absl::StrCat(s.errors_total);

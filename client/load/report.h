@@ -34,7 +34,8 @@ struct StepResult {
   LatencySummary latency;
   bool stable = false;
   int windows = 0;  // measured in all
-  double window_s = 0;
+  double window_s = 0;    // length of one window, as asked
+  double measured_s = 0;  // every window of the step together, as it ran
   // Whole step, warm-up and drain included:
   int64_t sent_total = 0, completed_total = 0, errors_total = 0;
   int64_t late_sends = 0;  // open loop: sends behind schedule

@@ -334,6 +334,7 @@ TEST(Report, CsvColumnsAreTheJsonStepFields) {
   s.level = 250;
   s.requests = 10;
   s.window_s = 0.5;
+  s.measured_s = 1.5;
   s.server_requests = 10;
   s.server_queue_mean_us = 3;
   s.server_compute_mean_us = 4;
@@ -348,7 +349,7 @@ TEST(Report, CsvColumnsAreTheJsonStepFields) {
     EXPECT_EQ(in_json, column != "concurrency") << column;
   }
   EXPECT_NE(c.find("\nrate,,250,10,"), std::string::npos) << c;
-  EXPECT_NE(c.find(",0.5,"), std::string::npos) << c;  // window_s
+  EXPECT_NE(c.find(",0.5,1.5,"), std::string::npos) << c;  // window_s, measured_s
 }
 
 // The --verify path: the CPU reference against an in-test float64 forward.

@@ -3,7 +3,8 @@
 
 usage: load_e2e_test.py SERVER CLIENT LOAD
 Checks: request counts equal the server's own count, percentiles are ordered,
-JSON and CSV parse and carry the same fields and values, open loop holds its rate, and an overloaded
+JSON and CSV parse and carry the same fields and values, --duration_s is the
+measured time per step in windows of --window_s, open loop holds its rate, and an overloaded
 server's RESOURCE_EXHAUSTED answers are reported by code with exit status 1.
 """
 import csv
@@ -51,7 +52,7 @@ class LoadAgainstEcho(unittest.TestCase):
         with Server(SERVER, CLIENT, "--backend=echo") as srv:
             before = srv.metric("conv1d_requests_total", FORWARD)
             r = run([LOAD, f"--target={srv.target}", "--concurrency=1:8:8", "--shape=1x256x64",
-                     "--duration_s=0.4", "--warmup_s=0.2", "--max_trials=4", "--stable_windows=2",
+                     "--duration_s=0.8", "--warmup_s=0.2", "--max_trials=4", "--stable_windows=2",
                      "--stability_pct=50", f"--json={js}", f"--csv={cs}",
                      f"--metrics_url={srv.metrics_url}", f"--requests_filter={FORWARD}"])
             self.assertEqual(r.returncode, 0)
@@ -76,12 +77,34 @@ class LoadAgainstEcho(unittest.TestCase):
         self.check_csv_matches_json(rows, steps, "concurrency")
         self.assertEqual([int(row["concurrency"]) for row in rows], [1, 8])
 
+    def test_duration_is_measured_time_in_windows(self):
+        d = tmpdir()
+        js, cs = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            # The stability rule holds at once (1000 %); --max_trials=2 is
+            # raised to the 3 windows that --duration_s needs.
+            r = run([LOAD, f"--target={srv.target}", "--concurrency=2", "--shape=1x64x16",
+                     "--duration_s=0.6", "--window_s=0.2", "--warmup_s=0.1",
+                     "--stable_windows=2", "--stability_pct=1000", "--max_trials=2",
+                     f"--json={js}", f"--csv={cs}"])
+            self.assertEqual(r.returncode, 0)
+            self.assertIn("at least 0.6 s measured in windows of 0.2 s", r.stdout)
+        with open(js) as f:
+            (s,) = json.load(f)["steps"]
+        self.assertEqual(s["windows"], 3)
+        self.assertEqual(s["window_s"], 0.2)
+        self.assertGreaterEqual(s["measured_s"], 0.55)
+        self.assertLess(s["measured_s"], 1.5)
+        self.assertTrue(s["stable"])
+        with open(cs) as f:
+            self.check_csv_matches_json(list(csv.DictReader(f)), [s], "concurrency")
+
     def test_open_loop_holds_rate(self):
         d = tmpdir()
         js, cs = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
         with Server(SERVER, CLIENT, "--backend=echo") as srv:
             r = run([LOAD, f"--target={srv.target}", "--rate=200", "--arrival=poisson",
-                     "--preset=decode-fwd", "--duration_s=0.5", "--warmup_s=0.2",
+                     "--preset=decode-fwd", "--duration_s=1.5", "--warmup_s=0.2",
                      "--max_trials=3", "--stable_windows=3", f"--json={js}", f"--csv={cs}"])
             self.assertEqual(r.returncode, 0)
         with open(js) as f:
@@ -101,7 +124,7 @@ class LoadAgainstEcho(unittest.TestCase):
         with Server(SERVER, CLIENT, "--backend=echo", "--max_queued_requests=1",
                     "--max_queue_delay_us=20000", "--max_batch_requests=1024") as srv:
             r = run([LOAD, f"--target={srv.target}", "--concurrency=64", "--shape=1x64x16",
-                     "--duration_s=0.3", "--warmup_s=0.1", "--max_trials=2",
+                     "--duration_s=0.6", "--warmup_s=0.1", "--max_trials=2",
                      "--stable_windows=2", f"--json={js}"])
             self.assertEqual(r.returncode, 1)
         with open(js) as f:
