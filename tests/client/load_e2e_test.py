@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""conv1d_load against a live conv1d_server --backend=echo.
+"""conv1d_load against a live conv1d_server (--backend=echo, and cpu where
+answers are checked).
 
 usage: load_e2e_test.py SERVER CLIENT LOAD
 Checks: request counts equal the server's own count, percentiles are ordered,
 JSON and CSV parse and carry the same fields and values, --duration_s is the
-measured time per step in windows of --window_s, open loop holds its rate, and an overloaded
-server's RESOURCE_EXHAUSTED answers are reported by code with exit status 1.
+measured time per step in windows of --window_s, open loop holds its rate, an
+overloaded server's RESOURCE_EXHAUSTED answers are reported by code with exit
+status 1 (0 with --allow_errors, still reported), sampled verification against
+the CPU backend counts no wrong answer, and the progress line is drawn on a
+terminal only.
 """
 import csv
 import json
 import os
+import pty
+import subprocess
 import sys
 import unittest
 
@@ -46,6 +52,11 @@ class LoadAgainstEcho(unittest.TestCase):
                 else:
                     self.assertEqual(float(row[key]), value, key)
 
+    def assert_no_progress_line(self, r):
+        """Not a terminal: no live progress line (drawn with carriage returns)."""
+        self.assertNotIn("\r", r.stdout)
+        self.assertNotIn("\033[K", r.stdout)
+
     def test_closed_loop_counts_match_server(self):
         d = tmpdir()
         js, cs = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
@@ -56,6 +67,7 @@ class LoadAgainstEcho(unittest.TestCase):
                      "--stability_pct=50", f"--json={js}", f"--csv={cs}",
                      f"--metrics_url={srv.metrics_url}", f"--requests_filter={FORWARD}"])
             self.assertEqual(r.returncode, 0)
+            self.assert_no_progress_line(r)
             after = srv.metric("conv1d_requests_total", FORWARD)
         with open(js) as f:
             rep = json.load(f)
@@ -118,21 +130,72 @@ class LoadAgainstEcho(unittest.TestCase):
         self.assertGreater(s["throughput_rps"], 120)
         self.assertLess(s["throughput_rps"], 300)
 
-    def test_overload_reports_resource_exhausted(self):
-        d = tmpdir()
-        js = os.path.join(d, "r.json")
+    def overload_run(self, *extra):
+        """conv1d_load at 64 in flight against a server queueing one request."""
+        js = os.path.join(tmpdir(), "r.json")
         with Server(SERVER, CLIENT, "--backend=echo", "--max_queued_requests=1",
                     "--max_queue_delay_us=20000", "--max_batch_requests=1024") as srv:
             r = run([LOAD, f"--target={srv.target}", "--concurrency=64", "--shape=1x64x16",
                      "--duration_s=0.6", "--warmup_s=0.1", "--max_trials=2",
-                     "--stable_windows=2", f"--json={js}"])
-            self.assertEqual(r.returncode, 1)
+                     "--stable_windows=2", f"--json={js}", *extra])
         with open(js) as f:
             rep = json.load(f)
         (s,) = rep["steps"]
         self.assertGreater(s["errors_by_code"].get("RESOURCE_EXHAUSTED", 0), 0, s)
         self.assertEqual(s["errors"], sum(s["errors_by_code"].values()))
         self.assertGreater(rep["total_errors"], 0)
+        self.assertRegex(r.stdout, r"total: \d+ requests, [1-9]\d* errors")
+        self.assertIn("RESOURCE_EXHAUSTED=", r.stdout)
+        return r
+
+    def test_overload_reports_resource_exhausted(self):
+        self.assertEqual(self.overload_run().returncode, 1)
+
+    def test_allow_errors_exits_zero_and_still_reports_them(self):
+        self.assertEqual(self.overload_run("--allow_errors").returncode, 0)
+
+    def test_progress_line_only_on_a_terminal(self):
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            cmd = [LOAD, f"--target={srv.target}", "--concurrency=1", "--shape=1x64x16",
+                   "--duration_s=0.6", "--warmup_s=0.6", "--stable_windows=1",
+                   "--stability_pct=1000"]
+            piped = run(cmd)
+            self.assertEqual(piped.returncode, 0)
+            self.assert_no_progress_line(piped)
+            # The same run with stdout on a pseudo-terminal draws it.
+            master, slave = pty.openpty()
+            p = subprocess.Popen(cmd, stdout=slave, stderr=subprocess.PIPE)
+            os.close(slave)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            os.close(master)
+            self.assertEqual(p.wait(timeout=30), 0, p.stderr.read())
+        self.assertIn(b"\r\033[K[concurrency 1]", out)
+
+
+class LoadAgainstCpu(unittest.TestCase):
+    def test_verify_fraction_counts_no_wrong_answers(self):
+        js = os.path.join(tmpdir(), "r.json")
+        with Server(SERVER, CLIENT, "--backend=cpu", "--threads=1") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--concurrency=2", "--shape=2x64x40",
+                     "--dtype=bf16", "--verify_fraction=1", "--duration_s=0.6",
+                     "--warmup_s=0.1", "--stable_windows=2", "--stability_pct=1000",
+                     f"--json={js}"])
+            self.assertEqual(r.returncode, 0)
+        with open(js) as f:
+            rep = json.load(f)
+        (s,) = rep["steps"]
+        self.assertGreater(s["verified"], 0, s)
+        self.assertEqual(s["wrong"], 0, s)
+        self.assertEqual(rep["wrong_answers"], 0)
+        self.assertIn(f"verified {s['verified']} wrong 0", r.stdout)
 
 
 if __name__ == "__main__":
