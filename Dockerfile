@@ -17,10 +17,16 @@ ENV PATH=/opt/rocm/bin:$PATH \
     CMAKE_PREFIX_PATH=/opt/rocm
 WORKDIR /src
 COPY . .
+# The source revision for the build info (the context has no .git), e.g.
+# --build-arg GIT_SHA=$(git rev-parse --short=12 HEAD); empty: "unknown".
+# Declared here, after the dependency layers, so that a new revision does not
+# invalidate them (every RUN after an ARG sees it).
+ARG GIT_SHA=
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCONV1D_GPU=HIP \
       -DCMAKE_HIP_COMPILER=/opt/rocm/llvm/bin/clang++ \
       -DCMAKE_HIP_ARCHITECTURES="${GPU_ARCH}" \
       -DCONV1D_BUILD_TESTS=OFF -DCONV1D_BUILD_BENCH=OFF \
+      -DCONV1D_GIT_SHA="${GIT_SHA}" \
  && cmake --build /build --parallel \
  && deploy/docker/stage.sh /build /opt/conv1d-serve -x '^/opt/(rocm|amdgpu)'
 

@@ -214,6 +214,24 @@ CONV1D_CLIENT_METHOD(RegisterWeights, RegisterWeightsRequest, RegisterWeightsRes
 CONV1D_CLIENT_METHOD(UnregisterWeights, UnregisterWeightsRequest, UnregisterWeightsResponse)
 #undef CONV1D_CLIENT_METHOD
 
+// Typed compute calls: build the wire request now, then as above.
+#define CONV1D_CLIENT_TYPED_METHOD(Name, Args, Make, Req, Resp)                           \
+  absl::StatusOr<v1::Resp> Conv1dClient::Name(const Args& args, const CallOptions& opts) { \
+    return Name(Make(args), opts);                                                         \
+  }                                                                                        \
+  void Conv1dClient::Name##Async(const Args& args, const CallOptions& opts,                \
+                                 Callback<v1::Resp> done) {                                \
+    Name##Async(std::make_shared<const v1::Req>(Make(args)), opts, std::move(done));       \
+  }
+
+CONV1D_CLIENT_TYPED_METHOD(Forward, ForwardArgs, MakeForwardRequest, ForwardRequest,
+                           ForwardResponse)
+CONV1D_CLIENT_TYPED_METHOD(Backward, BackwardArgs, MakeBackwardRequest, BackwardRequest,
+                           BackwardResponse)
+CONV1D_CLIENT_TYPED_METHOD(Update, UpdateArgs, MakeUpdateRequest, UpdateRequest,
+                           UpdateResponse)
+#undef CONV1D_CLIENT_TYPED_METHOD
+
 absl::StatusOr<v1::ListWeightsResponse> Conv1dClient::ListWeights(const CallOptions& opts) {
   return CallSync<v1::ListWeightsRequest, v1::ListWeightsResponse>(
       v1::ListWeightsRequest(), opts,

@@ -1,6 +1,7 @@
 // Conv1dClient: the C++ client of the conv1d.v1 gRPC service.
 //
-// Typed sync and async calls for every RPC of conv1d.v1.Conv1d plus
+// Typed sync and async calls for every RPC of conv1d.v1.Conv1d (from wire
+// messages, or for the compute calls from TensorView arguments) plus
 // grpc.health.v1 Health/Check; per-call deadlines; retries with exponential
 // backoff and jitter on UNAVAILABLE / RESOURCE_EXHAUSTED (the server's
 // `grpc-retry-pushback-ms` trailer wins over the computed delay); several
@@ -24,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/call_args.h"
 #include "client/retry.h"
 #include "conv1d/v1/conv1d.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -68,6 +70,14 @@ class Conv1dClient {
                                                 const CallOptions& opts = {});
   absl::StatusOr<v1::UpdateResponse> Update(const v1::UpdateRequest& req,
                                             const CallOptions& opts = {});
+  // The same calls from typed arguments (call_args.h): the request is built
+  // from the views before the call starts.
+  absl::StatusOr<v1::ForwardResponse> Forward(const ForwardArgs& args,
+                                              const CallOptions& opts = {});
+  absl::StatusOr<v1::BackwardResponse> Backward(const BackwardArgs& args,
+                                                const CallOptions& opts = {});
+  absl::StatusOr<v1::UpdateResponse> Update(const UpdateArgs& args,
+                                            const CallOptions& opts = {});
   absl::StatusOr<v1::RegisterWeightsResponse> RegisterWeights(
       const v1::RegisterWeightsRequest& req, const CallOptions& opts = {});
   absl::StatusOr<v1::UnregisterWeightsResponse> UnregisterWeights(
@@ -86,6 +96,13 @@ class Conv1dClient {
                      const CallOptions& opts, Callback<v1::BackwardResponse> done);
   void UpdateAsync(std::shared_ptr<const v1::UpdateRequest> req,
                    const CallOptions& opts, Callback<v1::UpdateResponse> done);
+  // Typed forms: the views need only live until these return.
+  void ForwardAsync(const ForwardArgs& args, const CallOptions& opts,
+                    Callback<v1::ForwardResponse> done);
+  void BackwardAsync(const BackwardArgs& args, const CallOptions& opts,
+                     Callback<v1::BackwardResponse> done);
+  void UpdateAsync(const UpdateArgs& args, const CallOptions& opts,
+                   Callback<v1::UpdateResponse> done);
   void RegisterWeightsAsync(std::shared_ptr<const v1::RegisterWeightsRequest> req,
                             const CallOptions& opts,
                             Callback<v1::RegisterWeightsResponse> done);

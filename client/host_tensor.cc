@@ -1,5 +1,6 @@
 #include "client/host_tensor.h"
 
+#include <cassert>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
@@ -91,6 +92,24 @@ HostTensor HostTensor::Random(DType dtype, std::vector<int64_t> shape,
   for (int64_t i = 0; i < n; ++i) {
     StoreFromFloat(t.data.data(), dtype, i, rng.Uniform(lo, hi));
   }
+  return t;
+}
+
+client::TensorView HostTensor::view() const& {
+  if (empty()) return client::TensorView();
+  absl::StatusOr<client::TensorView> v = client::TensorView::FromBytes(
+      dtype, shape,
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size()));
+  // Bytes that do not match dtype and shape break HostTensor's contract.
+  assert(v.ok());
+  return v.ok() ? *std::move(v) : client::TensorView();
+}
+
+HostTensor HostTensor::FromView(const client::TensorView& v) {
+  HostTensor t;
+  t.dtype = v.dtype();
+  t.shape.assign(v.shape().begin(), v.shape().end());
+  t.data.assign(reinterpret_cast<const char*>(v.bytes().data()), v.bytes().size());
   return t;
 }
 

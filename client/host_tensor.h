@@ -4,7 +4,7 @@
 // seeded random fills.
 //
 // Used by the client library, the command-line client and the load
-// generator. A HostTensor is a plain value: not synchronised; share it
+// generator; view() lends it where a client::TensorView is taken. A HostTensor is a plain value: not synchronised; share it
 // read-only or copy it.
 #ifndef CONV1D_CLIENT_HOST_TENSOR_H_
 #define CONV1D_CLIENT_HOST_TENSOR_H_
@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "client/tensor_view.h"
 #include "conv1d/v1/conv1d.pb.h"
 #include "server/core/dtype.h"
 
@@ -41,6 +42,13 @@ struct HostTensor {
   // Uniform values in [lo, hi), reproducible from `seed`.
   static HostTensor Random(DType dtype, std::vector<int64_t> shape,
                            uint64_t seed, float lo = -1.f, float hi = 1.f);
+
+  // A view of this tensor's bytes, valid while it lives unchanged. Not
+  // available on a temporary, whose view would dangle at once.
+  client::TensorView view() const&;
+  client::TensorView view() && = delete;
+  // An owned copy of what `v` shows.
+  static HostTensor FromView(const client::TensorView& v);
 
   // Fails when the byte count does not match dtype and shape.
   static absl::StatusOr<HostTensor> FromProto(const v1::Tensor& t);

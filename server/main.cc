@@ -12,12 +12,14 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -78,6 +80,14 @@ ABSL_FLAG(double, drain_timeout_s, 30,
 ABSL_FLAG(int32_t, drain_grace_ms, 500,
           "on SIGTERM/SIGINT, milliseconds health reports NOT_SERVING before "
           "the listener stops accepting (within --drain_timeout_s)");
+ABSL_FLAG(double, max_connection_age_s, 0,
+          "seconds after which a client connection is asked to close (GOAWAY) "
+          "so that clients reconnect and spread over new replicas; 0 = never; "
+          "up to 2147483");
+ABSL_FLAG(double, max_connection_age_grace_s, 30,
+          "seconds that calls still running on a connection past "
+          "--max_connection_age_s may take before the connection is closed "
+          "under them; 0..2147483");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off; debug adds a "
           "line per finished request");
@@ -191,6 +201,22 @@ int main(int argc, char** argv) {
     return UsageError(absl::StrCat("--drain_grace_ms: ", drain_grace_ms, " is negative"));
   }
 
+  // Whole milliseconds, as gRPC takes them; a positive age below 1 ms would
+  // round to 0, which means "never", so it is refused instead.
+  int64_t connection_age_ms[2] = {0, 0};
+  const std::pair<const char*, double> connection_flags[2] = {
+      {"max_connection_age_s", absl::GetFlag(FLAGS_max_connection_age_s)},
+      {"max_connection_age_grace_s", absl::GetFlag(FLAGS_max_connection_age_grace_s)}};
+  for (int i = 0; i < 2; ++i) {
+    const auto& [name, seconds] = connection_flags[i];
+    const int64_t max_s = conv1d::kMaxConnectionAgeMs / 1000;
+    if (!(seconds == 0 || (seconds >= 0.001 && seconds <= static_cast<double>(max_s)))) {
+      return UsageError(absl::StrCat("--", name, ": ", seconds,
+                                     " is neither 0 nor within 0.001..", max_s));
+    }
+    connection_age_ms[i] = std::llround(seconds * 1000);
+  }
+
   conv1d::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
@@ -215,6 +241,8 @@ int main(int argc, char** argv) {
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
   options.access_log = access_log;
+  options.max_connection_age_ms = connection_age_ms[0];
+  options.max_connection_age_grace_ms = connection_age_ms[1];
 
   absl::StatusOr<std::unique_ptr<conv1d::Server>> server =
       conv1d::Server::Create(std::move(options));
@@ -233,14 +261,16 @@ int main(int argc, char** argv) {
       "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
       "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
       "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
-      "drain_grace_ms={} log_level={} log_format={} access_log={}",
+      "drain_grace_ms={} max_connection_age_s={} max_connection_age_grace_s={} "
+      "log_level={} log_format={} access_log={}",
       conv1d::ServerVersion(), s.backend().name(), absl::StrJoin(s.devices(), ", "),
       absl::GetFlag(FLAGS_listen), s.bound_port(), absl::GetFlag(FLAGS_metrics_listen),
       metrics, s.backend().num_lanes(), absl::GetFlag(FLAGS_threads),
       absl::GetFlag(FLAGS_max_batch_bytes), absl::GetFlag(FLAGS_max_batch_requests),
       absl::GetFlag(FLAGS_max_queue_delay_us), absl::GetFlag(FLAGS_max_queued_requests),
       absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
-      drain_timeout_s, drain_grace_ms, level_name, format_name,
+      drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
+      absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,
       access_log_path.empty() ? "off" : access_log_path);
 
   int signal_number = 0;

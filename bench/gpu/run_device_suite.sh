@@ -52,7 +52,7 @@ for backend in gpu echo; do
   for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50151 >/dev/null 2>&1 && break; sleep 0.2; done
   for w in decode-fwd small-fwd large-fwd large-bwd; do
     "$bin/conv1d_load" --target=127.0.0.1:50151 --preset=$w --concurrency=1,8,64 \
-      --warmup_s=1 --duration_s=$dur --max_trials=3 --progress=false \
+      --warmup_s=1 --window_s=$dur --duration_s=$((3 * dur)) --max_trials=3 --progress=false \
       --json="$out/load-$backend-$w.json" >"$out/load-$backend-$w.log" 2>&1 || status=1
     specs+=("$backend:$w:$out/load-$backend-$w.json")
   done

@@ -26,9 +26,20 @@ absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(LoadOptions optio
                                                                Conv1dClient* client) {
   if (options.workloads.empty()) return absl::InvalidArgumentError("no workload");
   if (options.levels.empty()) return absl::InvalidArgumentError("no levels");
-  if (options.window_s <= 0) return absl::InvalidArgumentError("window must be > 0 s");
+  if (!(options.duration_s > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--duration_s: ", options.duration_s,
+                                                   " must be > 0"));
+  }
+  if (!(options.window_s >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--window_s: ", options.window_s,
+                                                   " must be >= 0 (0: duration / stable windows)"));
+  }
   if (options.stable_windows < 1) options.stable_windows = 1;
-  if (options.max_trials < options.stable_windows) options.max_trials = options.stable_windows;
+  if (options.window_s == 0) options.window_s = options.duration_s / options.stable_windows;
+  // The small slack keeps 0.6 / 0.2 from rounding up to a fourth window.
+  const int min_windows =
+      std::max(1, static_cast<int>(std::ceil(options.duration_s / options.window_s - 1e-9)));
+  options.max_trials = std::max({options.max_trials, options.stable_windows, min_windows});
   if (options.verify_fraction > 0 && !ReferenceAvailable()) {
     return absl::FailedPreconditionError("--verify_fraction needs a build with the CPU backend");
   }
@@ -38,6 +49,7 @@ absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(LoadOptions optio
     }
   }
   std::unique_ptr<LoadRunner> r(new LoadRunner(std::move(options), client));
+  r->min_windows_ = std::max(min_windows, r->options_.stable_windows);
   r->call_.timeout = r->options_.timeout;
   r->call_.max_attempts = r->options_.max_attempts;
   return r;
@@ -410,8 +422,10 @@ StepResult LoadRunner::RunStep(double level) {
     std::sort(sorted.begin(), sorted.end());
     rps.push_back(w->throughput_rps());
     p99.push_back(Percentile(sorted, 99));
+    step.measured_s += w->duration_s;
     windows.push_back(std::move(*w));
-    if (IsStable(rps, p99, options_.stable_windows, options_.stability_pct)) {
+    if (trial + 1 >= min_windows_ &&
+        IsStable(rps, p99, options_.stable_windows, options_.stability_pct)) {
       step.stable = true;
       absl::MutexLock l(&mu_);
       window_.reset();
@@ -489,6 +503,10 @@ absl::StatusOr<RunReport> LoadRunner::Run() {
     return s;
   }
   for (const std::string& d : report.workloads) std::printf("workload: %s\n", d.c_str());
+  std::printf("per step: %g s warm-up, then at least %g s measured in windows of %g s "
+              "(%d to %d windows, last %d stable within %g %%)\n",
+              options_.warmup_s, options_.duration_s, options_.window_s, min_windows_,
+              options_.max_trials, options_.stable_windows, options_.stability_pct);
   const Scrape start = DoScrape();
   for (double level : options_.levels) {
     StepResult step = RunStep(level);

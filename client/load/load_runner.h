@@ -2,7 +2,8 @@
 // pre-generated pool of random requests, closed loop (N requests always in
 // flight) or open loop (sends on a constant or Poisson schedule, independent
 // of the server's speed, counting late sends), one step per level. Each step
-// warms up, then measures windows until the last `stable_windows` agree on
+// warms up, then measures windows of `window_s` one after another until at
+// least `duration_s` has been measured and the last `stable_windows` agree on
 // throughput and p99 within `stability_pct` (or `max_trials` windows have
 // passed), optionally scraping the server's Prometheus metrics at every
 // window boundary and checking a sample of answers against the CPU
@@ -37,8 +38,15 @@ struct LoadOptions {
   std::vector<double> levels;  // concurrency or requests/s per step
   bool poisson = false;        // open loop arrivals; else constant spacing
   double warmup_s = 1.0;
-  double window_s = 2.0;
-  int max_trials = 10;      // windows per step at most
+  // Measured seconds per step at least, > 0: the step's first
+  // ceil(duration_s / window_s) windows always run.
+  double duration_s = 6.0;
+  // Length of one window; 0 means duration_s / stable_windows, so that the
+  // stability rule is first applied when duration_s has been measured.
+  double window_s = 0;
+  // Windows per step at most; raised to what duration_s needs, and to
+  // stable_windows.
+  int max_trials = 10;
   int stable_windows = 3;   // windows compared and reported
   double stability_pct = 10.0;
   double verify_fraction = 0.0;
@@ -92,6 +100,7 @@ class LoadRunner {
   void VerifierLoop();
 
   const LoadOptions options_;
+  int min_windows_ = 1;  // windows that make up duration_s
   Conv1dClient* const client_;
   CallOptions call_;
   std::vector<WeightSet> weights_;

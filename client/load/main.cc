@@ -28,14 +28,20 @@ ABSL_FLAG(std::string, rate, "",
 ABSL_FLAG(std::string, arrival, "constant", "Open loop arrivals: constant or poisson.");
 ABSL_FLAG(double, late_us, 1000, "Open loop: a send this far behind schedule counts as late.");
 ABSL_FLAG(int, max_outstanding, 4096, "Open loop: most requests in flight before sends wait.");
-ABSL_FLAG(double, duration_s, 2.0, "Length of one measurement window.");
+ABSL_FLAG(double, duration_s, 6.0,
+          "Measured seconds per step, at least (after --warmup_s): windows of --window_s run "
+          "until this much has been measured and the last --stable_windows windows are "
+          "stable, or --max_trials windows have run.");
+ABSL_FLAG(double, window_s, 0,
+          "Length of one measurement window; 0 = --duration_s / --stable_windows.");
 ABSL_FLAG(double, warmup_s, 1.0, "Warm-up before the first window of each step (not measured).");
 ABSL_FLAG(double, stability_pct, 10.0,
-          "A step ends when the last --stable_windows windows' throughput and p99 are each "
-          "within this percentage of their mean.");
+          "Stable: the last --stable_windows windows' throughput and p99 are each within this "
+          "percentage of their mean.");
 ABSL_FLAG(int, stable_windows, 3, "Windows compared by the stability rule, and reported.");
-ABSL_FLAG(int, max_trials, 10, "Most windows per step; the last --stable_windows are reported "
-          "(flagged unstable) if the rule is never met.");
+ABSL_FLAG(int, max_trials, 10,
+          "Most windows per step (raised to what --duration_s needs); the last "
+          "--stable_windows are reported (flagged unstable) if the rule is never met.");
 ABSL_FLAG(std::string, preset, "",
           "Workload preset: decode-fwd (1x5120x1 fp32, initial+final states, registered "
           "weights), decode-update (64x5120x1 fp32 update, registered), small-fwd "
@@ -149,7 +155,8 @@ int Main() {
   o.poisson = arrival == "poisson";
   o.late_us = absl::GetFlag(FLAGS_late_us);
   o.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
-  o.window_s = absl::GetFlag(FLAGS_duration_s);
+  o.duration_s = absl::GetFlag(FLAGS_duration_s);
+  o.window_s = absl::GetFlag(FLAGS_window_s);
   o.warmup_s = absl::GetFlag(FLAGS_warmup_s);
   o.stability_pct = absl::GetFlag(FLAGS_stability_pct);
   o.stable_windows = absl::GetFlag(FLAGS_stable_windows);

@@ -4,8 +4,11 @@
 //        "steps": [{"concurrency"|"rate": n, "requests", "errors",
 //        "errors_by_code": {...}, "throughput_rps", "gbps", "p50_us", "p90_us",
 //        "p95_us", "p99_us", "p999_us", "max_us", ...}], totals...}
-// CSV: one header line, one row per step, the same fields (errors_by_code as
-// "CODE:n;CODE:n").
+//        Each step has the StepColumns() that have a value for it.
+// CSV: a header line, then one row per step: "mode" ("concurrency" or
+// "rate"), then every StepColumns() entry, the same values as the JSON step
+// and empty where it has none (the other loop's level, server figures when
+// not scraped); errors_by_code as "CODE:n;CODE:n", stable as true/false.
 //
 // Used by the load generator and its tests. Plain values: not synchronised.
 #ifndef CONV1D_CLIENT_LOAD_REPORT_H_
@@ -31,7 +34,8 @@ struct StepResult {
   LatencySummary latency;
   bool stable = false;
   int windows = 0;  // measured in all
-  double window_s = 0;
+  double window_s = 0;    // length of one window, as asked
+  double measured_s = 0;  // every window of the step together, as it ran
   // Whole step, warm-up and drain included:
   int64_t sent_total = 0, completed_total = 0, errors_total = 0;
   int64_t late_sends = 0;  // open loop: sends behind schedule
@@ -53,6 +57,8 @@ struct RunReport {
   std::string first_wrong;  // message of the first wrong answer
 };
 
+// The per-step fields of both forms, in output order.
+std::vector<std::string> StepColumns();
 std::string ReportJson(const RunReport& r);
 std::string ReportCsv(const RunReport& r);
 std::string StepLine(const StepResult& s);  // one human-readable line

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/core/clock.h"
@@ -50,6 +51,17 @@ absl::Status CheckOptions(const ServerOptions& o) {
   }
   if (o.drain_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("drain_grace: must not be negative");
+  }
+  if (o.max_connection_age_ms < 0 || o.max_connection_age_ms > kMaxConnectionAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_connection_age_ms: ", o.max_connection_age_ms, " is outside 0..",
+        kMaxConnectionAgeMs));
+  }
+  if (o.max_connection_age_grace_ms < 0 ||
+      o.max_connection_age_grace_ms > kMaxConnectionAgeMs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_connection_age_grace_ms: ", o.max_connection_age_grace_ms,
+        " is outside 0..", kMaxConnectionAgeMs));
   }
   return absl::OkStatus();
 }
@@ -124,6 +136,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                            &server->bound_port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.max_connection_age_ms > 0) {
+    // gRPC's own default (no argument) is an unlimited age and grace.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(options.max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(options.max_connection_age_grace_ms));
+  }
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->bound_port_ == 0) {

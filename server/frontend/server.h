@@ -40,6 +40,8 @@ class Conv1dService;
 
 inline constexpr int64_t kMinMessageBytes = int64_t{256} << 20;
 inline constexpr int64_t kMaxMessageBytes = 0x7fffffff;  // gRPC's int limit
+// gRPC takes connection ages as an int of milliseconds (about 24.8 days).
+inline constexpr int64_t kMaxConnectionAgeMs = 0x7fffffff;
 
 struct ServerOptions {
   // host:port of the gRPC listener; port 0 picks a free one (bound_port()).
@@ -61,6 +63,17 @@ struct ServerOptions {
   absl::Duration drain_grace = absl::Milliseconds(500);
   // One line per finished RPC (server/logging/access_log.h); null: none.
   std::shared_ptr<AccessLog> access_log;
+  // After this long a client connection is sent GOAWAY, so that clients
+  // reconnect and re-resolve: long-lived channels then spread over replicas
+  // added since they connected. 0 = connections live for ever. 0 ..
+  // kMaxConnectionAgeMs; gRPC adds +-10 % jitter so that connections made
+  // together do not all close together.
+  int64_t max_connection_age_ms = 0;
+  // How long calls still running on a connection past its age may continue
+  // before the connection is closed under them. The default matches the
+  // drain timeout, so a rotation cuts no call that a drain would let finish.
+  // 0 .. kMaxConnectionAgeMs; unused while max_connection_age_ms is 0.
+  int64_t max_connection_age_grace_ms = 30000;
 
   // Test hooks. A non-null `backend_instance` is used instead of building
   // `backend`; a non-null `observer` (not owned, must outlive the Server)

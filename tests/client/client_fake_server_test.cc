@@ -1,20 +1,25 @@
 // Conv1dClient against an in-test fake conv1d.v1 service: retries with
 // pushback, attempt limits, deadlines, async calls over several channels,
-// large messages, and grpc.health.v1 through gRPC's built-in health service
+// typed calls from TensorViews, large messages, and grpc.health.v1 through gRPC's built-in health service
 // (which checks that the client's copy of health.proto matches the wire).
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "client/conv1d_client.h"
 #include "client/host_tensor.h"
+#include "client/tensor_view.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 
 namespace conv1d {
 namespace {
+
+using client::TensorView;
 
 class FakeService final : public v1::Conv1d::Service {
  public:
@@ -176,6 +181,39 @@ TEST_F(ClientTest, AsyncErrorsAndInfo) {
   absl::StatusOr<v1::ServerInfoResponse> info = c->ServerInfo();
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->backend(), "fake");
+}
+
+TEST_F(ClientTest, TypedCallsTakeViewsOfTheCallersArrays) {
+  auto c = MakeClient();
+  const std::vector<float> x = {1.5f, -2.f, 0.25f, 8.f, 3.f, -1.f};
+  ForwardArgs args;
+  args.x = TensorView(x.data(), {1, 2, 3});
+  args.silu = true;
+  absl::StatusOr<v1::ForwardResponse> r = c->Forward(args);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<TensorView> y = TensorView::FromProto(r->y());
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->DebugString(), "fp32[1,2,3]");
+  const std::vector<float> got = y->ToFloats();
+  ASSERT_EQ(got.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], 2 * x[i]) << i;
+
+  // The async form builds its request before returning: the arrays may go.
+  absl::Notification n;
+  absl::StatusOr<v1::ForwardResponse> async;
+  {
+    std::vector<float> scratch = x;
+    ForwardArgs a;
+    a.x = TensorView(scratch.data(), {1, 1, 6});
+    c->ForwardAsync(a, {}, [&](absl::StatusOr<v1::ForwardResponse> resp) {
+      async = std::move(resp);
+      n.Notify();
+    });
+    std::fill(scratch.begin(), scratch.end(), 0.f);
+  }
+  n.WaitForNotification();
+  ASSERT_TRUE(async.ok()) << async.status();
+  EXPECT_EQ(TensorView::FromProto(async->y())->ToFloats()[3], 16.f);
 }
 
 TEST_F(ClientTest, MessagesPastTheGrpcDefaultLimit) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_join.h"
 #include "client/host_tensor.h"
 #include "client/load/prom_scrape.h"
 #include "client/load/report.h"
@@ -321,7 +322,34 @@ TEST(Report, JsonAndCsvCarryEveryStep) {
   EXPECT_NE(j.find("fwd \\\"quoted\\\""), std::string::npos);
   const std::string c = ReportCsv(r);
   EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 3);
-  EXPECT_NE(c.find("concurrency,8,100,2,RESOURCE_EXHAUSTED:2,"), std::string::npos);
+  // mode, concurrency, rate (empty in closed loop), requests, errors, codes.
+  EXPECT_NE(c.find("\nconcurrency,8,,100,2,RESOURCE_EXHAUSTED:2,"), std::string::npos) << c;
+}
+
+TEST(Report, CsvColumnsAreTheJsonStepFields) {
+  RunReport r;
+  r.mode = "rate";
+  StepResult s;
+  s.closed_loop = false;
+  s.level = 250;
+  s.requests = 10;
+  s.window_s = 0.5;
+  s.measured_s = 1.5;
+  s.server_requests = 10;
+  s.server_queue_mean_us = 3;
+  s.server_compute_mean_us = 4;
+  r.steps = {s};
+  const std::string c = ReportCsv(r);
+  const std::string header = c.substr(0, c.find('\n'));
+  EXPECT_EQ(header, "mode," + absl::StrJoin(StepColumns(), ","));
+  // Every column but the closed loop's level is a key of the JSON step.
+  const std::string j = ReportJson(r);
+  for (const std::string& column : StepColumns()) {
+    const bool in_json = j.find("\"" + column + "\": ") != std::string::npos;
+    EXPECT_EQ(in_json, column != "concurrency") << column;
+  }
+  EXPECT_NE(c.find("\nrate,,250,10,"), std::string::npos) << c;
+  EXPECT_NE(c.find(",0.5,1.5,"), std::string::npos) << c;  // window_s, measured_s
 }
 
 // The --verify path: the CPU reference against an in-test float64 forward.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The Python conv1d_client package against a live conv1d_server --backend=cpu,
-checked against a NumPy float64 reference.
+forward and backward checked against NumPy float64 references.
 
 usage: python_client_test.py SERVER CLIENT   (PYTHONPATH: stubs + package)
 """
@@ -10,7 +10,7 @@ import unittest
 import numpy as np
 
 from conv1d_client import Client, bf16_to_float32, float32_to_bf16
-from conv1d_client.client import reference_forward
+from conv1d_client.client import reference_backward, reference_forward
 from e2e_util import Server
 
 SERVER, CLIENT = sys.argv[1:3]
@@ -48,6 +48,33 @@ class PythonClient(unittest.TestCase):
         self.assertEqual(y.dtype, np.float32)
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(final, ref_final.astype(np.float32))
+
+    def test_backward_fp32_matches_float64_reference(self):
+        x, w, b, init = self.data(2, 24, 77, 4)
+        dout = self.rng.uniform(-1, 1, x.shape).astype(np.float32)
+        dfinal = self.rng.uniform(-1, 1, init.shape).astype(np.float32)
+        dx, dw, db, dinit = self.c.backward(x, dout, w, b, initial_states=init,
+                                            dfinal_states=dfinal, return_dinitial_states=True)
+        rdx, rdw, rdb, rdinit = reference_backward(x, w, dout, b, init, dfinal)
+        self.assertEqual((dx.dtype, dx.shape), (np.float32, x.shape))
+        np.testing.assert_allclose(dx, rdx, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dinit, rdinit, rtol=1e-5, atol=1e-5)
+        # dweight and dbias sum over B*L products: the tolerance grows with them.
+        np.testing.assert_allclose(dw, rdw, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(db, rdb, rtol=1e-4, atol=1e-4)
+
+    def test_backward_channel_last_no_bias_no_activation(self):
+        x, w, _, _ = self.data(1, 16, 33, 3)
+        dout = self.rng.uniform(-1, 1, x.shape).astype(np.float32)
+        dx, dw, db, dinit = self.c.backward(
+            np.ascontiguousarray(x.transpose(0, 2, 1)),
+            np.ascontiguousarray(dout.transpose(0, 2, 1)), w, None, layout="cl",
+            activation="none")
+        self.assertIsNone(db)
+        self.assertIsNone(dinit)
+        rdx, rdw, _, _ = reference_backward(x, w, dout, silu=False)
+        np.testing.assert_allclose(dx.transpose(0, 2, 1), rdx, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dw, rdw, rtol=1e-4, atol=1e-4)
 
     def test_forward_channel_last_no_activation(self):
         x, w, b, _ = self.data(2, 24, 17, 3)

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Structural checks of the deployment files (ctest label `lint`).
 
-  check_deploy.py dockerfiles FILE...         images: pinned bases, non-root, health
+  check_deploy.py dockerfiles [--context DIR] FILE...
+                                              images: pinned bases, non-root, health;
+                                              with DIR, DIR/.dockerignore (the legacy
+                                              builder's) equals each FILE.dockerignore
   check_deploy.py k8s KUBECTL K8S_DIR [PROMTOOL]  rendered overlays: GPU, probes, drain
   check_deploy.py compose COMPOSE_FILE        stack: services, devices, mounted paths
 
@@ -98,6 +101,23 @@ def check_dockerfile(path):
             if needle not in text:
                 fail(path, f"CUDA image lacks {needle}")
     print(f"checked {path}: {len(stages)} stages, final FROM {stages[-1][0]}")
+
+
+def ignore_patterns(path):
+    with open(path) as f:
+        return [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def check_dockerignore(context, dockerfile):
+    """BuildKit filters the context with <Dockerfile>.dockerignore, the legacy
+    builder only with <context>/.dockerignore: both must say the same."""
+    own, root = f"{dockerfile}.dockerignore", os.path.join(context, ".dockerignore")
+    for p in (own, root):
+        if not os.path.isfile(p):
+            fail(dockerfile, f"no {p}")
+            return
+    if ignore_patterns(own) != ignore_patterns(root):
+        fail(dockerfile, f"{own} and {root} filter the build context differently")
 
 
 # ----------------------------------------------------------------- Kubernetes
@@ -314,8 +334,13 @@ def main():
         return 2
     mode, rest = sys.argv[1], sys.argv[2:]
     if mode == "dockerfiles":
+        context = None
+        if rest[:1] == ["--context"]:
+            context, rest = rest[1], rest[2:]
         for p in rest:
             check_dockerfile(p)
+            if context:
+                check_dockerignore(context, p)
     elif mode == "k8s":
         check_k8s(rest[0], rest[1], rest[2] if len(rest) > 2 else None)
     elif mode == "compose":

@@ -111,7 +111,8 @@ def main():
         cmd = [a.load, f"--target={','.join(targets)}", f"--json={report_path}",
                "--op=fwd", "--shape=1x512x64", "--concurrency=6",
                f"--channels={2 * REPLICAS}", f"--warmup_s={window_s / 2}",
-               f"--duration_s={window_s}", "--stable_windows=2", "--max_trials=3",
+               f"--window_s={window_s}", f"--duration_s={2 * window_s}",
+               "--stable_windows=2", "--max_trials=3",
                "--progress=false"]
         print("running:", " ".join(cmd))
         run = subprocess.run(cmd, capture_output=True, text=True,

@@ -28,6 +28,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
        {"--listen", "--metrics_listen", "--backend", "--threads", "--lanes",
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
+        "--max_connection_age_s", "--max_connection_age_grace_s",
         "--log_level", "--log_format", "--access_log"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
@@ -44,6 +45,9 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--access_log=/nonexistent-dir/access.log"}, "--access_log: cannot open"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
+      {{"--max_connection_age_s=-1"}, "--max_connection_age_s: -1"},
+      {{"--max_connection_age_s=3000000"}, "--max_connection_age_s: 3e+06"},
+      {{"--max_connection_age_grace_s=0.0001"}, "--max_connection_age_grace_s: 0.0001"},
       {{"stray_argument"}, "unexpected argument 'stray_argument'"},
   };
   for (const auto& [args, message] : cases) {

@@ -11,46 +11,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "server/backends/echo/echo_backend.h"
 #include "server/frontend/status_mapping.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/gated_backend.h"
 
 namespace conv1d::e2e {
 namespace {
-
-// Echo compute behind a gate: RunBatch blocks until Open().
-class GatedBackend final : public Backend {
- public:
-  explicit GatedBackend(int lanes) : lanes_(lanes) {}
-  const char* name() const override { return "gated-echo"; }
-  std::vector<std::string> devices() const override { return {"gate"}; }
-  int num_lanes() const override { return lanes_; }
-  absl::Status RunBatch(int lane, const BatchKey& key,
-                        absl::Span<ConvSegment* const> segments,
-                        BatchStats* stats) override {
-    absl::MutexLock lock(&mu_);
-    ++entered_;
-    mu_.Await(absl::Condition(&open_));
-    for (ConvSegment* s : segments) EchoBackend::EchoSegment(*s);
-    return absl::OkStatus();
-  }
-  void Open() {
-    absl::MutexLock lock(&mu_);
-    open_ = true;
-  }
-  // Waits until `n` batches have entered RunBatch.
-  bool AwaitEntered(int n) {
-    absl::MutexLock lock(&mu_);
-    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return entered_ >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(10));
-  }
-
- private:
-  const int lanes_;
-  absl::Mutex mu_;
-  bool open_ ABSL_GUARDED_BY(mu_) = false;
-  int entered_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // One asynchronous Forward and what came back.
 struct AsyncCall {
