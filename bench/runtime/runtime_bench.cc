@@ -49,6 +49,10 @@ ABSL_FLAG(std::string, request_memory, "both",
           "where request tensors live: host-pool (GpuBackend::AllocateHostBuffer, page-locked), "
           "heap, or both");
 ABSL_FLAG(int64_t, host_pool_bytes, int64_t{6} << 30, "gpu backend host pool (page-locked)");
+ABSL_FLAG(int64_t, direct_copy_bytes, int64_t{256} << 10,
+          "gpu backend: smallest host-pool tensor moved by its own DMA");
+ABSL_FLAG(bool, map_small_host_tensors, false,
+          "gpu backend: kernels use small host-pool tensors in place (else staged)");
 ABSL_FLAG(std::string, timeline, "",
           "CSV of every measured batch (lane, start, busy and stage microseconds); empty: none");
 ABSL_FLAG(int, timeline_batches, 200, "batches per mode written to --timeline");
@@ -397,6 +401,8 @@ int Main() {
   GpuBackendOptions go;
   go.lanes_per_device = absl::GetFlag(FLAGS_lanes_per_device);
   go.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
+  go.map_small_host_tensors = absl::GetFlag(FLAGS_map_small_host_tensors);
+  go.direct_copy_bytes = absl::GetFlag(FLAGS_direct_copy_bytes);
   auto gpu = GpuBackend::Create(go);
   if (!gpu.ok()) {
     std::fprintf(stderr, "gpu backend: %s\n", gpu.status().ToString().c_str());

@@ -187,14 +187,19 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
 }
 
 // Requests whose tensors live in AllocateHostBuffer memory: large ones move
-// by their own DMA, small ones through staging, in the same fused batch;
-// every output must still equal the CPU's, and nothing is allocated.
-TEST_F(GpuBackendTest, HostPoolTensorsMoveByDmaAndMatchCpu) {
+// by their own DMA, small ones are used in place by the kernel (mapped) or
+// packed through staging, in the same fused batch; every output must still
+// equal the CPU's, and nothing is allocated.
+class GpuBackendHostPoolTest : public GpuBackendTest,
+                               public ::testing::WithParamInterface<bool> {};
+
+TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrInPlaceAndMatchCpu) {
   GpuBackendOptions opt;
   opt.lanes_per_device = 1;
   opt.lane_buffer_bytes = 16 << 20;
   opt.host_pool_bytes = 64 << 20;
   opt.direct_copy_bytes = 64 << 10;
+  opt.map_small_host_tensors = GetParam();
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   std::mt19937_64 rng(5);
@@ -254,6 +259,8 @@ TEST_F(GpuBackendTest, HostPoolTensorsMoveByDmaAndMatchCpu) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(MappedOrStaged, GpuBackendHostPoolTest, ::testing::Bool());
 
 TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {
   GpuBackendOptions opt;

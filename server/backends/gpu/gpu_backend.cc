@@ -166,6 +166,16 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
           st.message(), " (", host_bytes, " page-locked bytes; lower host_pool_bytes "
           "or turn the pool off with -1)"));
     }
+    backend->host_pool_mapped_ = options.map_small_host_tensors;
+    for (const auto& dev : backend->devices_) {
+      void* device_view = nullptr;
+      if (hipSetDevice(dev->index) != hipSuccess ||
+          hipHostGetDevicePointer(&device_view, region, 0) != hipSuccess ||
+          device_view != region) {
+        (void)hipGetLastError();
+        backend->host_pool_mapped_ = false;
+      }
+    }
     backend->host_pool_ = std::shared_ptr<gpu::HostPool>(
         new gpu::HostPool(region, host_bytes), [region](gpu::HostPool* pool) {
           delete pool;

@@ -65,9 +65,14 @@ struct GpuBackendOptions {
   // (AllocateHostBuffer hands out heap memory); 0 derives it (1/32 of
   // physical memory, 64 MiB .. 4 GiB).
   int64_t host_pool_bytes = -1;
-  // Smallest tensor copied by its own DMA rather than through staging (each
-  // copy costs a few microseconds of API time, so small ones are packed).
+  // Smallest host-pool tensor copied by its own DMA (each copy costs a few
+  // microseconds of API time). Smaller host-pool tensors are packed through
+  // staging, or, with map_small_host_tensors (and a device that sees the
+  // pool at its host address), read and written by the kernel in place
+  // over the bus. The latter is off by default: on an H100 it made fused
+  // decode batches 2.5x slower than packing (bench/runtime/README.md).
   int64_t direct_copy_bytes = int64_t{256} << 10;
+  bool map_small_host_tensors = false;
   Observer* observer = nullptr;  // not owned; may be null
 };
 
@@ -119,6 +124,9 @@ class GpuBackend final : public Backend {
   // Shared with the deleters of the buffers it hands out, which may outlive
   // the backend; null when the pool is off.
   std::shared_ptr<gpu::HostPool> host_pool_;
+  // The host pool's device address equals its host address on every device
+  // (unified addressing), so kernels may take its pointers as they are.
+  bool host_pool_mapped_ = false;
 };
 
 }  // namespace conv1d

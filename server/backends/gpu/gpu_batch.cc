@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -187,10 +188,17 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
 
   // Tensors in the host pool move by their own DMA, straight between the
   // request and the device; the rest goes through the lane's staging.
-  auto direct = [&](const void* p, int64_t bytes) {
-    return host_pool_ != nullptr && bytes >= options_.direct_copy_bytes &&
-           host_pool_->Contains(p, bytes);
+  // Small ones are read and written by the kernel in place (mapped).
+  auto in_pool = [&](const void* p, int64_t bytes) {
+    return host_pool_ != nullptr && host_pool_->Contains(p, bytes);
   };
+  auto direct = [&](const void* p, int64_t bytes) {
+    return bytes >= options_.direct_copy_bytes && in_pool(p, bytes);
+  };
+  auto mapped = [&](const void* p, int64_t bytes) {
+    return host_pool_mapped_ && bytes < options_.direct_copy_bytes && in_pool(p, bytes);
+  };
+  absl::flat_hash_map<int64_t, char*> mapped_slots;  // slot -> host address
   std::vector<CopyJob> jobs, direct_in, direct_out;
   std::vector<Range> h2d_runs, d2h_runs;
   for (const gpu::Round& round : *rounds) {
@@ -201,8 +209,11 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     direct_out.clear();
     h2d_runs.assign(1, Range{round.table_offset, round.table_bytes});
     d2h_runs.clear();
+    mapped_slots.clear();
     auto dev_ptr = [&](int64_t off) -> char* {
-      return off < 0 ? nullptr : lane.buffer + off;
+      if (off < 0) return nullptr;
+      if (auto it = mapped_slots.find(off); it != mapped_slots.end()) return it->second;
+      return lane.buffer + off;
     };
     for (size_t p = 0; p < round.pieces.size(); ++p) {
       const gpu::Piece& pc = round.pieces[p];
@@ -214,6 +225,10 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
                        int64_t bytes) {
         if (slot < 0) return;
         const char* src = static_cast<const char*>(v.data) + pc.b_begin * row_bytes;
+        if (mapped(src, bytes)) {
+          mapped_slots[slot] = const_cast<char*>(src);
+          return;
+        }
         if (direct(src, bytes)) {
           direct_in.push_back({lane.buffer + slot, src, bytes});
           return;
@@ -227,7 +242,9 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
                            int64_t bytes) {
         if (slot < 0 || !v.present()) return;
         char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
-        if (direct(dst, bytes)) {
+        if (mapped(dst, bytes)) {
+          mapped_slots[slot] = dst;
+        } else if (direct(dst, bytes)) {
           direct_out.push_back({dst, lane.buffer + slot, bytes});
         } else {
           d2h_runs.push_back({slot, bytes});
@@ -366,7 +383,7 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
                          int64_t bytes) {
         if (slot < 0 || !v.present()) return;
         char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
-        if (direct(dst, bytes)) return;  // already there by DMA
+        if (direct(dst, bytes) || mapped(dst, bytes)) return;  // already there
         jobs.push_back({dst, lane.pinned + slot, bytes});
       };
       unstage(sl.y, seg.y, row.x, all.x);

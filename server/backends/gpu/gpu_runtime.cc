@@ -45,7 +45,8 @@ hipError_t DeviceAlloc(void** ptr, int64_t bytes) {
 hipError_t PinnedAlloc(void** ptr, int64_t bytes, bool portable) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   return hipHostMalloc(ptr, static_cast<size_t>(bytes),
-                       portable ? hipHostMallocPortable : hipHostMallocDefault);
+                       portable ? hipHostMallocPortable | hipHostMallocMapped
+                                : hipHostMallocDefault);
 }
 
 void DeviceFree(void* ptr) {

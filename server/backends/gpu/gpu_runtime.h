@@ -20,6 +20,8 @@
 #define hipHostMalloc(p, n, f) cudaHostAlloc((p), (n), (f))
 #define hipHostMallocDefault cudaHostAllocDefault
 #define hipHostMallocPortable cudaHostAllocPortable
+#define hipHostMallocMapped cudaHostAllocMapped
+#define hipHostGetDevicePointer cudaHostGetDevicePointer
 #define hipHostFree cudaFreeHost
 #define hipStreamCreateWithFlags cudaStreamCreateWithFlags
 #define hipStreamNonBlocking cudaStreamNonBlocking
@@ -41,7 +43,8 @@ bool IsStickyError(hipError_t err);
 
 // Counted allocations (device memory and page-locked host memory).
 hipError_t DeviceAlloc(void** ptr, int64_t bytes);
-// `portable`: page-locked for every device, not only the current one.
+// `portable`: page-locked and mapped into every device's address space, not
+// only the current one's.
 hipError_t PinnedAlloc(void** ptr, int64_t bytes, bool portable = false);
 void DeviceFree(void* ptr);
 void PinnedFree(void* ptr);
