@@ -17,7 +17,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin=$dist/bin
 here=$(cd "$(dirname "$0")" && pwd)
-device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr 'A-Z' 'a-z' | grep -oE 'h100|h200|mi300x?' | head -n1)
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr '[:upper:]' '[:lower:]' | grep -oE 'h100|h200|mi300x?' | head -n1)
 device=${device:-gpu}
 day=$(date -u +%F)
 status=0
@@ -78,15 +78,28 @@ sample() {  # RSS and device pool in use
   --warmup_s=5 --duration_s=$soak --max_trials=1 --stable_windows=1 --progress=false \
   --verify_fraction=0.05 --json="$out/soak.json" >"$out/soak.log" 2>&1 &
 lp=$!
-sleep 8; sample "after-warmup" | tee -a "$out/soak_memory.txt"
+# Samples every 5 s after the warm-up; memory is flat when the largest RSS of
+# the last third of the run is within 10 % of the largest of the first third
+# (in-flight large requests make single samples swing) and the device pool
+# never changes.
+sleep 8
+while kill -0 $lp 2>/dev/null; do sample "t=$(date +%s)" >>"$out/soak_memory.txt"; sleep 5; done
 wait $lp || status=1
-sample "end" | tee -a "$out/soak_memory.txt"
 tail -n 15 "$out/soak.log"
 kill -TERM $pid; wait $pid || status=1
+awk -F'[ =]' '{ rss[NR] = $4; pool[NR] = $6 }
+  END {
+    n = NR; third = int(n / 3); if (third < 1) { print "too few memory samples"; exit 1 }
+    for (i = 1; i <= third; ++i) if (rss[i] > a) a = rss[i]
+    for (i = n - third + 1; i <= n; ++i) if (rss[i] > b) b = rss[i]
+    for (i = 2; i <= n; ++i) if (pool[i] != pool[1]) moved = 1
+    printf "memory: %d samples; max RSS first third %.0f MiB, last third %.0f MiB; device pool %s\n",
+           n, a / 1024, b / 1024, moved ? "changed" : "constant"
+    exit (b > 1.1 * a || moved) }' "$out/soak_memory.txt" | tee "$out/soak_verdict.txt" || status=1
 fi
 
 step "summary"
-for f in runtime_bench.log e2e_summary.txt soak_memory.txt; do
+for f in runtime_bench.log e2e_summary.txt soak_verdict.txt; do
   [[ -f $out/$f ]] && tail -n 12 "$out/$f"
 done
 echo "suite status: $status"
