@@ -15,7 +15,7 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 
 __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
-  return silu ? dout * silu_grad_f(z) : dout;
+  return silu ? silu_backward_f(dout, z) : dout;
 }
 
 // Slots as in the forward team (fwd_cf_team): per_lane consecutive vectors
@@ -27,7 +27,7 @@ template <class T, int N, int W>
 __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
-  constexpr int kMax = detail::kMaxPerLaneBwd;
+  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
   const int V = seg.per_lane;
@@ -188,13 +188,24 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
 // from the previous lane and the right g halo (g at pos+N .. pos+N+W-2)
 // from the next lane by shuffle, so g is computed once per element. Only
 // the lane ending a chunk computes its W-1 right-halo g values itself.
-template <class T, int N, int W, bool kMulti>
+//
+// kFull (single-row tiles only): 0 = any tile; 1 (SiLU) or 2 (identity) =
+// a full tile (per_lane == MaxPerLaneBwd, every slot inside the row) that
+// neither dfinal_states (last chunk) nor dinitial_states (chunk 0) touches.
+// Full tiles need no per-slot or per-element range checks, and the
+// activation is known at compile time. For non-multi tiles the caller
+// passes the row and chunk (local = row * nchunks + chunk).
+template <class T, int N, int W, bool kMulti, int kFull = 0>
 __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegment& seg,
-                                            int64_t local, int lane) {
+                                            int64_t local, int lane, int64_t row_in = 0,
+                                            int64_t chunk_in = 0) {
   using S = typename T::S;
-  constexpr int kMax = detail::kMaxPerLaneBwd;
+  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
   constexpr int kH = W - 1;
+  constexpr bool kFullTile = kFull != 0;
   static_assert(N >= kH, "vector path needs N >= W-1");
+  static_assert(!(kMulti && kFullTile), "full tiles are single-row");
+  const bool silu = kFullTile ? kFull == 1 : p.silu;
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
   const int64_t nrows = B * p.dim;
@@ -214,11 +225,11 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     first = pos0 == 0;
     last = false;
   } else {
-    V = seg.per_lane;
+    V = kFullTile ? kMax : seg.per_lane;
     nchunks = seg.nchunks;
-    row0 = div_fast(local, nchunks);
+    row0 = row_in;
     tile_row0 = row0;
-    chunk = local - row0 * nchunks;
+    chunk = chunk_in;
     pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
     rstep = 0;
     pstep = kTeam * N;
@@ -232,6 +243,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
   for (int j = 0; j < kMax; ++j) {
     slot[j] = kMulti ? tile_row0 + j * rstep < nrows : j < V;
     on[j] = (kMulti ? row0 + j * rstep < nrows : j < V) && pos0 + j * pstep < L;
+    if constexpr (kFullTile) slot[j] = on[j] = true;
   }
   S xs[kMax][N], ds[kMax][N];
 #pragma unroll
@@ -248,6 +260,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
   // last lane (zeros past L).
   float h0[kH], xn[kH], dn[kH];
   const int64_t plast = pos0 + (V - 1) * pstep;
+  const bool at_end = plast + N >= L;  // full tiles: the chunk ends the row
 #pragma unroll
   for (int i = 0; i < kH; ++i) h0[i] = xn[i] = dn[i] = 0.0f;
   if constexpr (!kMulti) {
@@ -294,8 +307,14 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
       for (int k = 0; k < W; ++k) wj[j][k] = w[k];
       bj[j] = bias;
     }
+    {
+      float xv[N];
+      unpack_f<T, N>(xs[j], xv);
 #pragma unroll
-    for (int e = 0; e < N; ++e) xf[j][kH + e] = T::to_f(xs[j][e]);
+      for (int e = 0; e < N; ++e) xf[j][kH + e] = xv[e];
+    }
+    float dvs[N];
+    unpack_f<T, N>(ds[j], dvs);
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
       // Lane 31 also feeds lane 0 of the next slot (its tail of slot j-1).
@@ -314,8 +333,8 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     }
 #pragma unroll
     for (int e = 0; e < N; ++e) {
-      const float dv = T::to_f(ds[j][e]);
-      if (p.silu) {
+      const float dv = dvs[e];
+      if (silu) {
         float z = bj[j];
 #pragma unroll
         for (int k = 0; k < W; ++k) z += wj[j][k] * xf[j][e + k];
@@ -343,16 +362,18 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
       if (!kMulti && last && j == V - 1) {
         // g at pos+N+i from x̃ at pos+N+i-(W-1) .. pos+N+i (own tail, xn).
         float z = bj[j];
-        if (p.silu) {
+        if (silu) {
 #pragma unroll
           for (int k = 0; k < W; ++k) {
             const int idx = N + i + k;
             z += wj[j][k] * (idx < N + kH ? xf[j][idx < N + kH ? idx : 0] : xn[idx >= N + kH ? idx - N - kH : 0]);
           }
         }
-        gv = grad_of(dn[i], z, p.silu);
+        gv = grad_of(dn[i], z, silu);
+        if constexpr (kFullTile) gv = at_end ? 0.0f : gv;
       }
-      gn[i] = pos + N + i < L ? gv : 0.0f;
+      // Full tiles: only the chunk's own tail (above) can reach past L.
+      gn[i] = (kFullTile || pos + N + i < L) ? gv : 0.0f;
     }
     float dws[W + 1];
 #pragma unroll
@@ -367,17 +388,19 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
           const int idx = e + kH - k;
           acc += wj[j][k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
         }
-        if (p.has_dfinal) {
+        if (!kFullTile && p.has_dfinal) {
           const int64_t t = pos + e;
           if (t >= L - kH) acc += T::to_f(dfin[r * kH + t - (L - kH)]);
         }
         dxv[e] = acc;
-        dws[W] += g[j][e];
+        // Full tiles sum straight into the tile's total.
+        float* dwt = kFullTile ? dw : dws;
+        dwt[W] += g[j][e];
 #pragma unroll
-        for (int k = 0; k < W; ++k) dws[k] += g[j][e] * xf[j][e + k];
+        for (int k = 0; k < W; ++k) dwt[k] += g[j][e] * xf[j][e + k];
       }
       store_f<T, N>(static_cast<S*>(seg.dx) + base + j * jstride, dxv);
-      if (p.ret_dinit && pos == 0) {
+      if (!kFullTile && p.ret_dinit && pos == 0) {
         S* dinit = static_cast<S*>(seg.dinitial_states) + r * kH;
 #pragma unroll
         for (int i = 0; i < kH; ++i) {
@@ -407,7 +430,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
           for (int k = 0; k <= W; ++k) mine[k] = dws[k];
         }
       }
-    } else {
+    } else if constexpr (!kFullTile) {
 #pragma unroll
       for (int k = 0; k <= W; ++k) dw[k] += dws[k];
     }
@@ -453,7 +476,8 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KPara
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::kBwdMinBlocks) bwd_cf_kernel(KParams p) {
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
+                                  detail::BwdMinBlocks(sizeof(typename T::S))) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
@@ -462,8 +486,21 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::kBwdMinBlocks)
     const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
-      if (seg.rows_per_tile > 1) bwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
-      else bwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
+      constexpr int N = kVecElts<T>;
+      constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
+      if (seg.rows_per_tile > 1) {
+        bwd_cf_team<T, N, W, true>(p, seg, local, lane);
+      } else {
+        const int64_t nchunks = seg.nchunks;
+        const int64_t row = div_fast(local, nchunks);
+        const int64_t chunk = local - row * nchunks;
+        const bool full = seg.per_lane == kMax &&
+                          (chunk + 1) * static_cast<int64_t>(kTeam * kMax * N) <= seg.seqlen &&
+                          !(p.has_dfinal && chunk + 1 == nchunks) && !(p.ret_dinit && chunk == 0);
+        if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
+        else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
+        else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
+      }
     } else {
       bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
     }

@@ -99,7 +99,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       const bool vec = L % ne == 0 && Aligned(s.x, 16) &&
                        (bwd ? Aligned(s.dout, 16) && Aligned(s.dx, 16) : Aligned(s.y, 16));
       const int64_t n_el = vec ? ne : 1;
-      const int64_t max_v = bwd ? kMaxPerLaneBwd : kMaxPerLaneFwd;
+      const int64_t max_v = bwd ? MaxPerLaneBwd(static_cast<int>(esize)) : kMaxPerLaneFwd;
       const int64_t nvec = CeilDiv(L, n_el);
       const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
       s.vec = vec;

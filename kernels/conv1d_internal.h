@@ -26,13 +26,19 @@ enum Path : int32_t {
 inline constexpr int kTeam = 32;
 inline constexpr int kTeamsPerBlock = 8;
 inline constexpr int kMaxPerLaneFwd = 4;
-// Backward: 4 vectors per lane at 128 registers (2 blocks/SM), or 2 at 80
-// (3 blocks/SM); CONV1D_BWD_SLOTS picks one at build time (tuning only).
+// Backward, vectors per lane by element size: 4 at 128 registers (2
+// blocks/SM) or 2 at 80 (3 blocks/SM). CONV1D_BWD_SLOTS (fp32) and
+// CONV1D_BWD_SLOTS_16 (fp16/bf16) pick them at build time (tuning only).
 #ifndef CONV1D_BWD_SLOTS
 #define CONV1D_BWD_SLOTS 4
 #endif
-inline constexpr int kMaxPerLaneBwd = CONV1D_BWD_SLOTS;
-inline constexpr int kBwdMinBlocks = CONV1D_BWD_SLOTS > 2 ? 2 : 3;
+#ifndef CONV1D_BWD_SLOTS_16
+#define CONV1D_BWD_SLOTS_16 4
+#endif
+constexpr int MaxPerLaneBwd(int elem_bytes) {
+  return elem_bytes == 4 ? CONV1D_BWD_SLOTS : CONV1D_BWD_SLOTS_16;
+}
+constexpr int BwdMinBlocks(int elem_bytes) { return MaxPerLaneBwd(elem_bytes) > 2 ? 2 : 3; }
 
 // Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
 // threads; each thread streams kClSteps* time steps of its channel vector.

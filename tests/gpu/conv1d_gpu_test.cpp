@@ -199,6 +199,31 @@ TEST(Conv1dGpu, Update) {
   }
 }
 
+// Channel-first backward on the 16-byte vector path with several chunks per
+// row: interior (full) tiles, a row ending exactly at a chunk end, a partial
+// last chunk, and the states that send the first and last chunks to the
+// general tile code.
+TEST(Conv1dGpu, BackwardVectorChunks) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  for (const Pair& pr : kPairs) {
+    for (int W : {2, 3, 4}) {
+      for (uint32_t bits : {0x0u, 0x1u, 0x3u, 0x1fu, 0x39u}) {
+        for (int64_t L : {int64_t{1024}, int64_t{4096}, int64_t{4096 + 40}}) {
+          const Conv1dProblem p =
+              MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 3, W, bits);
+          std::vector<SegmentData> segs(1);
+          segs[0].batch = 2;
+          segs[0].seqlen = L;
+          MakeInputs(p, &segs[0], rng);
+          ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+        }
+      }
+    }
+  }
+}
+
 // 100 requests of random B, L and weights in one launch give the same bytes
 // as 100 separate launches, and match the reference.
 TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
