@@ -452,24 +452,39 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 
 // dweight/dbias of each (segment, channel): a team sums the channel's
 // batch * nchunks partials, lanes striding in index order, then a fixed
-// butterfly. Same layout for both activation layouts.
+// butterfly. Same layout for both activation layouts. The W+1 sums are
+// independent: all their loads are issued before the first butterfly, so a
+// channel with few partials costs one round trip (fused launches of many
+// short requests have one partial per channel and D teams per request).
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KParams p) {
+  constexpr int kMaxK = detail::kMaxFastWidth + 1;
   const int lane = threadIdx.x % kTeam;
   const int W = p.width;
   const int64_t total = static_cast<int64_t>(p.nseg) * p.dim;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + threadIdx.x / kTeam; t < total;
        t += static_cast<int64_t>(gridDim.x) * kTeamsPerBlock) {
-    const Conv1dSegment& seg = p.segs[t / p.dim];
-    const int64_t d = t % p.dim;
+    const int64_t s = div_fast(t, p.dim);
+    const int64_t d = t - s * p.dim;
+    const Conv1dSegment& seg = p.segs[s];
     const int64_t nparts = seg.batch * seg.nchunks;
     const float* part = p.partials + seg.ws_partial_offset + d * nparts * (W + 1);
-    for (int k = 0; k <= W; ++k) {
-      float acc = 0.0f;
-      for (int64_t i = lane; i < nparts; i += kTeam) acc += part[i * (W + 1) + k];
-      acc = team_sum(acc);
-      if (lane == 0) {
-        if (k < W) store_any(seg.dweight, d * W + k, p.gwtype, acc);
-        else if (p.has_bias) store_any(seg.dbias, d, p.gwtype, acc);
+    float acc[kMaxK];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) acc[k] = 0.0f;
+    for (int64_t i = lane; i < nparts; i += kTeam) {
+      float v[kMaxK];
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k) v[k] = k <= W ? part[i * (W + 1) + k] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k) acc[k] += v[k];
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) acc[k] = team_sum(acc[k]);
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k) {
+        if (k < W) store_any(seg.dweight, d * W + k, p.gwtype, acc[k]);
+        else if (k == W && p.has_bias) store_any(seg.dbias, d, p.gwtype, acc[k]);
       }
     }
   }
@@ -483,7 +498,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
     const int64_t tile = blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
-    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
+    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
       constexpr int N = kVecElts<T>;
@@ -658,7 +673,7 @@ __global__ void __launch_bounds__(kClCols * kClRows, 2) bwd_cl_kernel(KParams p)
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
-    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
+    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
     if (seg.vec) {
       bwd_cl_block<T, 4, W>(p, seg, tile - seg.tile_begin, tx, ty, red);
     } else {

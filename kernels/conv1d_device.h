@@ -73,6 +73,42 @@ __device__ __forceinline__ int find_segment(const Conv1dSegment* segs, int n, in
   return lo;
 }
 
+// find_segment for a whole 32-lane team at once: every lane of the team
+// calls it with the same tile and gets the same index. The segment table's
+// entries are ~200 bytes apart, so each probe is a separate line; a binary
+// search is a chain of log2(n) dependent loads before the tile can start.
+// Up to 4 * kTeam segments: lane l reads tile_begin of segments l, l+32, ..
+// (independent loads, one round trip) and the answer is the number of
+// segments whose tile_begin <= tile, minus one (tile_begin is nondecreasing).
+// More segments: a 32-ary search, one round trip per factor of 32.
+__device__ __forceinline__ int find_segment_team(const Conv1dSegment* segs, int n, int64_t tile,
+                                                 int lane) {
+  constexpr int kT = detail::kTeam;
+  if (n == 1) return 0;
+  if (n <= 4 * kT) {
+    bool le[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = r * kT + lane;
+      le[r] = r * kT < n && i < n && segs[i].tile_begin <= tile;
+    }
+    int count = 0;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) count += __popc(gpu_team_ballot(le[r]));
+    return count - 1;
+  }
+  int lo = 0, hi = n - 1;  // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int step = (hi - lo + kT) / kT;  // ceil((hi - lo + 1) / kT)
+    const int i = lo + lane * step;
+    const bool le = i <= hi && segs[i].tile_begin <= tile;
+    const int c = __popc(gpu_team_ballot(le));  // >= 1: lane 0 probes lo
+    lo += (c - 1) * step;
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
 // Butterfly sum over a 32-lane team; every lane gets the same, order-fixed
 // result.
 __device__ __forceinline__ float team_sum(float v) {

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KPara
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
     const int64_t tile = blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
-    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
+    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
       if (seg.rows_per_tile > 1) fwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kClCols * kClRows, 2) fwd_cl_kernel(KParams p)
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
-    const Conv1dSegment seg = p.segs[find_segment(p.segs, p.nseg, tile)];
+    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
     if (seg.vec) {
       fwd_cl_thread<T, 4, W>(p, seg, tile - seg.tile_begin, tx, ty);
     } else {

@@ -53,7 +53,8 @@ inline constexpr int kGenBlock = 256;
 inline constexpr int64_t kMaxGridBlocks = int64_t{1} << 22;
 
 inline int ElemBytes(ScalarType t) { return t == ScalarType::kF32 ? 4 : 2; }
-inline bool FastWidth(int32_t w) { return w >= 2 && w <= 4; }
+inline constexpr int kMaxFastWidth = 4;  // fast paths: W = 2..kMaxFastWidth
+inline bool FastWidth(int32_t w) { return w >= 2 && w <= kMaxFastWidth; }
 
 // Launchers (one per kernel family); return the launch's error code.
 using Stream = void*;  // hipStream_t / cudaStream_t, both pointer types

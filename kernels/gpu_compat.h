@@ -27,6 +27,11 @@ template <class T>
 __device__ __forceinline__ T gpu_shfl(T v, int src, int width) { return __shfl(v, src, width); }
 template <class T>
 __device__ __forceinline__ T gpu_shfl_xor(T v, int mask, int width) { return __shfl_xor(v, mask, width); }
+// Ballot within the caller's 32-lane team (bit l: lane l of the team); on
+// wave64 hardware the half-wavefront's 32 bits.
+__device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
+  return static_cast<unsigned>(__ballot(pred) >> (__lane_id() & 32));
+}
 #endif
 
 #else  // CUDA
@@ -78,6 +83,10 @@ __device__ __forceinline__ T gpu_shfl(T v, int src, int width) {
 template <class T>
 __device__ __forceinline__ T gpu_shfl_xor(T v, int mask, int width) {
   return __shfl_xor_sync(0xffffffffu, v, mask, width);
+}
+// Ballot within the caller's 32-lane team (a warp); every lane must call it.
+__device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
+  return __ballot_sync(0xffffffffu, pred);
 }
 #endif
 
