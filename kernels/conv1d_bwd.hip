@@ -425,9 +425,17 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
         }
         if (first && r < nrows) {
           const int64_t d = mod_fast(r, p.dim), b = div_fast(r, p.dim);
-          float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b) * (W + 1);
+          if (seg.ws_partial_offset < 0) {
+            // B = 1 (planner): this is the channel's whole sum. 0 + v as
+            // reduce_dw_kernel adds it (same bits, -0 included).
 #pragma unroll
-          for (int k = 0; k <= W; ++k) mine[k] = dws[k];
+            for (int k = 0; k < W; ++k) store_any(seg.dweight, d * W + k, p.gwtype, 0.0f + dws[k]);
+            if (p.has_bias) store_any(seg.dbias, d, p.gwtype, 0.0f + dws[W]);
+          } else {
+            float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b) * (W + 1);
+#pragma unroll
+            for (int k = 0; k <= W; ++k) mine[k] = dws[k];
+          }
         }
       }
     } else if constexpr (!kFullTile) {
@@ -466,6 +474,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KPara
     const int64_t s = div_fast(t, p.dim);
     const int64_t d = t - s * p.dim;
     const Conv1dSegment& seg = p.segs[s];
+    if (seg.ws_partial_offset < 0) continue;  // stored by the main kernel
     const int64_t nparts = seg.batch * seg.nchunks;
     const float* part = p.partials + seg.ws_partial_offset + d * nparts * (W + 1);
     float acc[kMaxK];
@@ -490,35 +499,57 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KPara
   }
 }
 
+// Tiles of short-row vector segments (rows_per_tile > 1) go to
+// bwd_cf_short_kernel; this kernel skips them (and vice versa), so each
+// kernel gets its own register allocation.
+__device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
+  return seg.vec && seg.rows_per_tile > 1;
+}
+
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
                                   detail::BwdMinBlocks(sizeof(typename T::S))) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
-  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
-    const int64_t tile = blk * kTeamsPerBlock + team;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (is_short_tile(seg)) continue;
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
       constexpr int N = kVecElts<T>;
       constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
-      if (seg.rows_per_tile > 1) {
-        bwd_cf_team<T, N, W, true>(p, seg, local, lane);
-      } else {
-        const int64_t nchunks = seg.nchunks;
-        const int64_t row = div_fast(local, nchunks);
-        const int64_t chunk = local - row * nchunks;
-        const bool full = seg.per_lane == kMax &&
-                          (chunk + 1) * static_cast<int64_t>(kTeam * kMax * N) <= seg.seqlen &&
-                          !(p.has_dfinal && chunk + 1 == nchunks) && !(p.ret_dinit && chunk == 0);
-        if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
-        else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
-        else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
-      }
+      const int64_t nchunks = seg.nchunks;
+      const int64_t row = div_fast(local, nchunks);
+      const int64_t chunk = local - row * nchunks;
+      const bool full = seg.per_lane == kMax &&
+                        (chunk + 1) * static_cast<int64_t>(kTeam * kMax * N) <= seg.seqlen &&
+                        !(p.has_dfinal && chunk + 1 == nchunks) && !(p.ret_dinit && chunk == 0);
+      if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
+      else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
+      else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
     } else {
       bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
     }
+  }
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_SHORT_MIN_BLOCKS)
+    bwd_cf_short_kernel(KParams p) {
+  const int lane = threadIdx.x % kTeam;
+  const int team = threadIdx.x / kTeam;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+    if (tile >= p.total_tiles) continue;
+    // By reference: fields are read where used (the dweight pointers only
+    // at the end), which keeps them out of registers across the tile.
+    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (!is_short_tile(seg)) continue;
+    bwd_cf_team<T, kVecElts<T>, W, true>(p, seg, tile - seg.tile_begin, lane);
   }
 }
 
@@ -691,16 +722,32 @@ hipError_t LaunchReduce(const KParams& k, hipStream_t s) {
 }
 
 template <class T>
-hipError_t LaunchCf(const KParams& k, hipStream_t s) {
-  const unsigned grid = GridFor((k.total_tiles + kTeamsPerBlock - 1) / kTeamsPerBlock);
+hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
+  if (k0.width < 2 || k0.width > 4) return hipErrorInvalidValue;
   const unsigned block = kTeam * kTeamsPerBlock;
-  switch (k.width) {
-    case 2: bwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-    case 3: bwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-    case 4: bwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    default: return hipErrorInvalidValue;
+  KParams k = k0;
+  if (plan.long_tile_end > plan.long_tile_begin) {
+    k.tile_begin = plan.long_tile_begin;
+    k.total_tiles = plan.long_tile_end;
+    const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+    switch (k.width) {
+      case 2: bwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
+      case 3: bwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
+      default: bwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+    }
   }
-  return LaunchReduce(k, s);
+  if (plan.short_tile_end > plan.short_tile_begin) {
+    k.tile_begin = plan.short_tile_begin;
+    k.total_tiles = plan.short_tile_end;
+    const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+    switch (k.width) {
+      case 2: bwd_cf_short_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
+      case 3: bwd_cf_short_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
+      default: bwd_cf_short_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+    }
+  }
+  if (!plan.reduce_dw) return hipGetLastError();
+  return LaunchReduce(k0, s);
 }
 
 template <class T>
@@ -725,9 +772,9 @@ int32_t LaunchBwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan
   const KParams k = MakeParams(p, plan, segs, ws);
   const auto st = static_cast<hipStream_t>(s);
   switch (p.x_type) {
-    case ScalarType::kF32: return LaunchCf<F32>(k, st);
-    case ScalarType::kF16: return LaunchCf<F16>(k, st);
-    case ScalarType::kBF16: return LaunchCf<BF16>(k, st);
+    case ScalarType::kF32: return LaunchCf<F32>(k, plan, st);
+    case ScalarType::kF16: return LaunchCf<F16>(k, plan, st);
+    case ScalarType::kBF16: return LaunchCf<BF16>(k, plan, st);
   }
   return hipErrorInvalidValue;
 }

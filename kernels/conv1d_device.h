@@ -20,7 +20,8 @@ struct KParams {
   const Conv1dSegment* segs;
   int32_t nseg;
   int32_t width;
-  int64_t total_tiles;
+  int64_t total_tiles;  // end of the launch's tile range
+  int64_t tile_begin;   // start of the launch's tile range (0 unless split)
   int64_t dim;
   int32_t wtype;   // ScalarType of weight/bias
   int32_t gwtype;  // ScalarType of dweight/dbias
@@ -42,6 +43,7 @@ inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
   k.nseg = plan.num_segments;
   k.width = p.width;
   k.total_tiles = plan.total_tiles;
+  k.tile_begin = 0;
   k.dim = p.dim;
   k.wtype = static_cast<int32_t>(p.weight_type);
   k.gwtype = static_cast<int32_t>(p.grad_weight_type);

@@ -83,6 +83,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t D = p.dim;
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
+  int64_t short_lo = -1, short_hi = 0, long_lo = -1, long_hi = 0;
+  bool reduce = false;
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
     const int64_t B = s.batch, L = s.seqlen;
@@ -106,6 +108,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       s.per_lane = static_cast<int32_t>(v);
       s.nchunks = CeilDiv(L, kTeam * v * n_el);
       s.lanes_per_row = kTeam;
+      bool direct = false;
       if (v == 1 && s.nchunks == 1) {
         // Short rows: several rows per team and, when a row needs at most
         // half a team, several rows per slot (lanes_per_row lanes each).
@@ -114,10 +117,18 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
         s.lanes_per_row = lpr;
         s.rows_per_tile = static_cast<int32_t>(max_v) * (kTeam / lpr);
         tiles += CeilDiv(B * D, s.rows_per_tile);
+        // Short-row vector segments of one batch row per channel: the lane
+        // group of a row sums its whole dweight and stores it (no partials).
+        direct = bwd && vec && B == 1;
       } else {
         tiles += B * D * s.nchunks;
       }
-      if (bwd) floats += D * B * s.nchunks * (W + 1);
+      if (direct) {
+        s.ws_partial_offset = -1;
+      } else if (bwd) {
+        floats += D * B * s.nchunks * (W + 1);
+        reduce = true;
+      }
     } else if (path == kPathFastChannelLast) {
       constexpr int64_t kN = 4;
       const int64_t vb = kN * esize;
@@ -130,11 +141,18 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       s.nchunks = CeilDiv(L, kClRows * steps);
       tiles += B * s.nchunks * ndb;
       if (bwd) floats += D * B * s.nchunks * (W + 1);
+      reduce = reduce || bwd;
     } else if (path == kPathGeneral) {
       tiles += CeilDiv(B * D * (L + W - 1), kGenBlock);
       if (bwd) floats += B * D * L;
     } else {  // update
       tiles += CeilDiv(B * D, kGenBlock);
+    }
+    const bool is_short = path == kPathFastChannelFirst && s.vec && s.rows_per_tile > 1;
+    if (tiles > s.tile_begin) {
+      int64_t& lo = is_short ? short_lo : long_lo;
+      if (lo < 0) lo = s.tile_begin;
+      (is_short ? short_hi : long_hi) = tiles;
     }
   }
   plan->path = path;
@@ -142,6 +160,11 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->total_tiles = tiles;
   plan->counter_bytes = 0;
   plan->workspace_bytes = floats * 4;
+  plan->short_tile_begin = short_lo < 0 ? 0 : short_lo;
+  plan->short_tile_end = short_hi;
+  plan->long_tile_begin = long_lo < 0 ? 0 : long_lo;
+  plan->long_tile_end = long_hi;
+  plan->reduce_dw = reduce ? 1 : 0;
   return hipSuccess;
 }
 

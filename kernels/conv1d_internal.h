@@ -39,6 +39,11 @@ constexpr int MaxPerLaneBwd(int elem_bytes) {
   return elem_bytes == 4 ? CONV1D_BWD_SLOTS : CONV1D_BWD_SLOTS_16;
 }
 constexpr int BwdMinBlocks(int elem_bytes) { return MaxPerLaneBwd(elem_bytes) > 2 ? 2 : 3; }
+// Short-row backward kernel (rows_per_tile > 1): blocks per SM in its launch
+// bounds (2: 128 registers, 3: 80).
+#ifndef CONV1D_BWD_SHORT_MIN_BLOCKS
+#define CONV1D_BWD_SHORT_MIN_BLOCKS 2
+#endif
 
 // Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
 // threads; each thread streams kClSteps* time steps of its channel vector.

@@ -81,7 +81,8 @@ struct Conv1dSegment {
   // Scheduling fields, written by Conv1dPlan() on the host copy of the
   // table; copy the planned table to the device unchanged.
   int64_t tile_begin = 0;         // first work tile of this segment
-  int64_t ws_partial_offset = 0;  // float index of its dweight partials
+  int64_t ws_partial_offset = 0;  // float index of its dweight partials;
+                                  // -1: the main kernel stores dweight itself
   int64_t ws_counter_offset = 0;  // reserved (0)
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
@@ -98,6 +99,16 @@ struct Conv1dPlanInfo {
   int64_t total_tiles = 0;
   int64_t counter_bytes = 0;    // reserved (0)
   int64_t workspace_bytes = 0;  // total workspace the run needs (may be 0)
+  // Channel-first fast path: every tile of a short-row vector segment
+  // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
+  // short_tile_end), every other tile in [long_tile_begin, long_tile_end);
+  // an empty range (begin == end) launches nothing. Other paths: all tiles
+  // are long.
+  int64_t short_tile_begin = 0;
+  int64_t short_tile_end = 0;
+  int64_t long_tile_begin = 0;
+  int64_t long_tile_end = 0;
+  int32_t reduce_dw = 0;  // backward: 1 if any segment writes dweight partials
 };
 
 }  // namespace conv1d::kernels
