@@ -276,10 +276,6 @@ std::shared_ptr<void> GpuBackend::AllocateHostBuffer(int64_t bytes) {
   return Backend::AllocateHostBuffer(bytes);
 }
 
-int64_t GpuBackend::host_pool_bytes() const {
-  return host_pool_ == nullptr ? 0 : host_pool_->capacity_bytes();
-}
-
 bool GpuBackend::LaneAvailable(int lane) const {
   return !lanes_[lane]->device->failed.load(std::memory_order_acquire);
 }

@@ -104,7 +104,6 @@ class GpuBackend final : public Backend {
   // Page-locked from the host pool while it has room, else heap memory.
   std::shared_ptr<void> AllocateHostBuffer(int64_t bytes) override;
   int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
-  int64_t host_pool_bytes() const;
 
  private:
   struct Device;
