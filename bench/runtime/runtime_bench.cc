@@ -51,8 +51,15 @@ ABSL_FLAG(std::string, request_memory, "both",
 ABSL_FLAG(int64_t, host_pool_bytes, int64_t{6} << 30, "gpu backend host pool (page-locked)");
 ABSL_FLAG(int64_t, direct_copy_bytes, int64_t{256} << 10,
           "gpu backend: smallest host-pool tensor moved by its own DMA");
-ABSL_FLAG(bool, map_small_host_tensors, false,
-          "gpu backend: kernels use small host-pool tensors in place (else staged)");
+ABSL_FLAG(bool, gather_small_host_tensors, true,
+          "gpu backend: move small host-pool tensors by the gather/scatter copy kernels "
+          "(false: pack them through staging)");
+ABSL_FLAG(bool, shared_copy_streams, true,
+          "gpu backend: one H2D and one D2H stream per device shared by the lanes");
+ABSL_FLAG(int64_t, shared_copy_min_bytes, int64_t{1} << 20,
+          "gpu backend: rounds moving fewer bytes keep their copies on the lane's stream");
+ABSL_FLAG(int64_t, max_queue_delay_us, 0,
+          "scheduler: how long a lane waits for a fused batch to fill (fused mode only)");
 ABSL_FLAG(std::string, timeline, "",
           "CSV of every measured batch (lane, start, busy and stage microseconds); empty: none");
 ABSL_FLAG(int, timeline_batches, 200, "batches per mode written to --timeline");
@@ -145,9 +152,10 @@ class StageObserver final : public Observer {
   void OnBatchDone(int lane, const BatchKey&, int32_t requests, int64_t, int64_t,
                    const BatchStats& st, absl::Duration busy) override {
     if (!recording_.load(std::memory_order_relaxed)) return;
-    const double end = absl::ToDoubleSeconds(absl::Now() - origin_);
+    const absl::Time now = absl::Now();
     const double b = absl::ToDoubleSeconds(busy);
     absl::MutexLock lock(&mu_);
+    const double end = absl::ToDoubleSeconds(now - origin_);
     batches_.push_back({lane, end - b, b, st.pack_seconds, st.h2d_seconds, st.compute_seconds,
                         st.d2h_seconds, requests});
   }
@@ -165,8 +173,8 @@ class StageObserver final : public Observer {
 
  private:
   std::atomic<bool> recording_{false};
-  absl::Time origin_;
   absl::Mutex mu_;
+  absl::Time origin_ ABSL_GUARDED_BY(mu_);
   std::vector<Batch> batches_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -198,6 +206,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
   SchedulerOptions so;
   so.max_batch_requests = max_batch_requests;
   so.max_queued_requests = 1 << 16;
+  if (max_batch_requests > 1) so.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
   auto sched = Scheduler::Create(so, gpu, Clock::Real(), stages);
   if (!sched.ok()) {
     std::fprintf(stderr, "%s\n", sched.status().ToString().c_str());
@@ -401,8 +410,10 @@ int Main() {
   GpuBackendOptions go;
   go.lanes_per_device = absl::GetFlag(FLAGS_lanes_per_device);
   go.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
-  go.map_small_host_tensors = absl::GetFlag(FLAGS_map_small_host_tensors);
+  go.gather_small_host_tensors = absl::GetFlag(FLAGS_gather_small_host_tensors);
   go.direct_copy_bytes = absl::GetFlag(FLAGS_direct_copy_bytes);
+  go.shared_copy_streams = absl::GetFlag(FLAGS_shared_copy_streams);
+  go.shared_copy_min_bytes = absl::GetFlag(FLAGS_shared_copy_min_bytes);
   auto gpu = GpuBackend::Create(go);
   if (!gpu.ok()) {
     std::fprintf(stderr, "gpu backend: %s\n", gpu.status().ToString().c_str());

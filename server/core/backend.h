@@ -28,6 +28,8 @@ struct BatchStats {
   double d2h_seconds = 0;
   int64_t h2d_bytes = 0;
   int64_t d2h_bytes = 0;
+  // Bytes the host copied into or out of staging (pack + unpack).
+  int64_t staged_bytes = 0;
   int32_t launches = 0;  // kernel launches (or CPU passes) used
 };
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -187,19 +188,25 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
 }
 
 // Requests whose tensors live in AllocateHostBuffer memory: large ones move
-// by their own DMA, small ones are used in place by the kernel (mapped) or
-// packed through staging, in the same fused batch; every output must still
-// equal the CPU's, and nothing is allocated.
+// by their own DMA, small ones by the gather/scatter copy kernels or packed
+// through staging, in the same fused batch; every output must still equal
+// the CPU's, nothing is allocated, and with gathering on no request tensor
+// passes through staging.
+// Parameters: gather_small_host_tensors, and whether every round's copies
+// go through the device's shared copy streams (else the lane's own stream).
 class GpuBackendHostPoolTest : public GpuBackendTest,
-                               public ::testing::WithParamInterface<bool> {};
+                               public ::testing::WithParamInterface<std::tuple<bool, bool>> {};
 
-TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrInPlaceAndMatchCpu) {
+TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) {
   GpuBackendOptions opt;
   opt.lanes_per_device = 1;
   opt.lane_buffer_bytes = 16 << 20;
   opt.host_pool_bytes = 64 << 20;
   opt.direct_copy_bytes = 64 << 10;
-  opt.map_small_host_tensors = GetParam();
+  const bool gather = std::get<0>(GetParam());
+  opt.gather_small_host_tensors = gather;
+  opt.shared_copy_streams = std::get<1>(GetParam());
+  opt.shared_copy_min_bytes = 0;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   std::mt19937_64 rng(5);
@@ -241,6 +248,14 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrInPlaceAndMatchCpu) {
     const absl::Status st = (*gpu)->RunBatch(0, key, absl::MakeSpan(ptrs), &stats);
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(gpu::AllocationCount(), allocations);
+    // Only the (heap) weights may pass through staging when gathering.
+    int64_t weight_bytes = 0;
+    for (const ConvSegment& s : segs) weight_bytes += s.weight.bytes + s.bias.bytes;
+    if (gather) {
+      EXPECT_LE(stats.staged_bytes, weight_bytes);
+    } else {
+      EXPECT_GT(stats.staged_bytes, weight_bytes);
+    }
     auto bytes_of = [](const OutputView& v) {
       const auto* p = static_cast<const uint8_t*>(v.data);
       return v.present() ? std::vector<uint8_t>(p, p + v.bytes) : std::vector<uint8_t>();
@@ -260,7 +275,8 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrInPlaceAndMatchCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(MappedOrStaged, GpuBackendHostPoolTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(GatheredOrStaged, GpuBackendHostPoolTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {
   GpuBackendOptions opt;

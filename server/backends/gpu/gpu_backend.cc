@@ -41,6 +41,10 @@ absl::Status ValidateOptions(const GpuBackendOptions& o) {
         "host_pool_bytes must be -1 (off), 0 (derive) or positive, and "
         "direct_copy_bytes >= 0; got ", o.host_pool_bytes, " and ", o.direct_copy_bytes));
   }
+  if (o.shared_copy_min_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_copy_min_bytes must be >= 0, got ", o.shared_copy_min_bytes));
+  }
   if (o.weight_cache_bytes < 0 || o.pack_threads < 0) {
     return absl::InvalidArgumentError(
         "weight_cache_bytes and pack_threads must be >= 0");
@@ -117,7 +121,7 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
             : std::min<int64_t>(4 * kGiB, AlignUp(dev->total_memory_bytes / 32));
     dev->device_pool_bytes =
         options.lanes_per_device * (lane_bytes + ws_bytes) + cache_bytes;
-    dev->pinned_pool_bytes = options.lanes_per_device * lane_bytes;
+    dev->pinned_pool_bytes = options.lanes_per_device * (lane_bytes + kCopyTablesBytes);
     absl::Status st = gpu::GpuStatus(hipSetDevice(dev->index), "hipSetDevice");
     if (st.ok()) {
       st = gpu::GpuStatus(gpu::DeviceAlloc(&dev->device_pool, dev->device_pool_bytes),
@@ -134,6 +138,15 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
           " device + ", dev->pinned_pool_bytes,
           " pinned bytes; lower lanes_per_device, lane_buffer_bytes or "
           "weight_cache_bytes)"));
+    }
+    if (options.shared_copy_streams) {
+      for (hipStream_t* stream : {&dev->h2d_stream, &dev->d2h_stream}) {
+        if (st.ok()) {
+          st = gpu::GpuStatus(hipStreamCreateWithFlags(stream, hipStreamNonBlocking),
+                              "creating a copy stream");
+        }
+      }
+      if (!st.ok()) return st;
     }
     char* carve = static_cast<char*>(dev->device_pool) +
                   options.lanes_per_device * (lane_bytes + ws_bytes);
@@ -166,16 +179,21 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
           st.message(), " (", host_bytes, " page-locked bytes; lower host_pool_bytes "
           "or turn the pool off with -1)"));
     }
-    backend->host_pool_mapped_ = options.map_small_host_tensors;
+    // The copy kernels take host addresses as they are: every device must
+    // see the pool and its own page-locked memory there.
+    bool visible = options.gather_small_host_tensors;
     for (const auto& dev : backend->devices_) {
-      void* device_view = nullptr;
-      if (hipSetDevice(dev->index) != hipSuccess ||
-          hipHostGetDevicePointer(&device_view, region, 0) != hipSuccess ||
-          device_view != region) {
-        (void)hipGetLastError();
-        backend->host_pool_mapped_ = false;
+      for (void* p : {region, dev->pinned_pool}) {
+        void* device_view = nullptr;
+        if (visible && (hipSetDevice(dev->index) != hipSuccess ||
+                        hipHostGetDevicePointer(&device_view, p, 0) != hipSuccess ||
+                        device_view != p)) {
+          (void)hipGetLastError();
+          visible = false;
+        }
       }
     }
+    backend->gather_small_host_tensors_ = visible;
     backend->host_pool_ = std::shared_ptr<gpu::HostPool>(
         new gpu::HostPool(region, host_bytes), [region](gpu::HostPool* pool) {
           delete pool;
@@ -198,6 +216,10 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
     lane->pinned = static_cast<char*>(dev.pinned_pool) + slot * lane_bytes;
     lane->buffer = static_cast<char*>(dev.device_pool) + slot * (lane_bytes + ws_bytes);
     lane->workspace = lane->buffer + lane_bytes;
+    lane->gather_table = reinterpret_cast<kernels::BatchCopyChunk*>(
+        static_cast<char*>(dev.pinned_pool) + options.lanes_per_device * lane_bytes +
+        slot * kCopyTablesBytes);
+    lane->scatter_table = lane->gather_table + kCopyTableEntries;
     lane->workspace_bytes = ws_bytes;
     lane->table.reserve(1024);
     absl::Status st = gpu::GpuStatus(hipSetDevice(dev.index), "hipSetDevice");
@@ -228,6 +250,12 @@ GpuBackend::~GpuBackend() {
   }
   for (auto& dev : devices_) {
     (void)hipSetDevice(dev->index);
+    for (hipStream_t stream : {dev->h2d_stream, dev->d2h_stream}) {
+      if (stream != nullptr) {
+        (void)hipStreamSynchronize(stream);
+        (void)hipStreamDestroy(stream);
+      }
+    }
     gpu::DeviceFree(dev->device_pool);
     gpu::PinnedFree(dev->pinned_pool);
   }

@@ -66,13 +66,25 @@ struct GpuBackendOptions {
   // physical memory, 64 MiB .. 4 GiB).
   int64_t host_pool_bytes = -1;
   // Smallest host-pool tensor copied by its own DMA (each copy costs a few
-  // microseconds of API time). Smaller host-pool tensors are packed through
-  // staging, or, with map_small_host_tensors (and a device that sees the
-  // pool at its host address), read and written by the kernel in place
-  // over the bus. The latter is off by default: on an H100 it made fused
-  // decode batches 2.5x slower than packing (bench/runtime/README.md).
+  // microseconds of runtime time, so small tensors do not go this way).
   int64_t direct_copy_bytes = int64_t{256} << 10;
-  bool map_small_host_tensors = false;
+  // Smaller host-pool tensors: with gather_small_host_tensors (and devices
+  // that see page-locked memory at its host address) one copy kernel per
+  // direction and batch gathers them from the pool into the lane's device
+  // buffer and scatters the outputs back, reading and writing the bus
+  // directly; otherwise they are packed through staging like heap tensors.
+  bool gather_small_host_tensors = true;
+  // Queue every lane's host-to-device work on one stream per device and its
+  // device-to-host work on another (the kernels stay on the lane's stream,
+  // ordered by events). Copies of different lanes then run one after the
+  // other in each direction instead of sharing the bus at once, so one
+  // lane's outputs move while the next lane's inputs do. false: each lane
+  // queues everything on its own stream. Rounds that copy fewer than
+  // shared_copy_min_bytes (in plus out) stay on the lane's stream: their
+  // copies are short and the cross-stream waits would cost more than the
+  // ordering gains.
+  bool shared_copy_streams = true;
+  int64_t shared_copy_min_bytes = int64_t{1} << 20;
   Observer* observer = nullptr;  // not owned; may be null
 };
 
@@ -123,9 +135,9 @@ class GpuBackend final : public Backend {
   // Shared with the deleters of the buffers it hands out, which may outlive
   // the backend; null when the pool is off.
   std::shared_ptr<gpu::HostPool> host_pool_;
-  // The host pool's device address equals its host address on every device
-  // (unified addressing), so kernels may take its pointers as they are.
-  bool host_pool_mapped_ = false;
+  // gather_small_host_tensors is on and every device sees the host pool and
+  // the lanes' copy tables at their host addresses (unified addressing).
+  bool gather_small_host_tensors_ = false;
 };
 
 }  // namespace conv1d

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/batch_copy.h"
 #include "kernels/conv1d_kernels.h"
 #include "server/backends/gpu/gpu_backend.h"
 #include "server/backends/gpu/gpu_runtime.h"
@@ -25,9 +26,16 @@ struct GpuBackend::Device {
   int64_t total_memory_bytes = 0;
   void* device_pool = nullptr;  // lane buffers, workspaces, weight region
   int64_t device_pool_bytes = 0;
-  void* pinned_pool = nullptr;  // lane staging
+  void* pinned_pool = nullptr;  // lane staging, then the lanes' copy tables
   int64_t pinned_pool_bytes = 0;
   std::unique_ptr<gpu::WeightCache> weights;  // thread-safe
+  // With shared_copy_streams: the device's H2D and D2H streams, each with a
+  // lock held while one lane queues its copies of a batch (so they stay
+  // together in the stream).
+  hipStream_t h2d_stream = nullptr;
+  hipStream_t d2h_stream = nullptr;
+  absl::Mutex h2d_mu;
+  absl::Mutex d2h_mu;
 
   std::atomic<bool> failed{false};
   mutable absl::Mutex mu;
@@ -45,7 +53,17 @@ struct GpuBackend::Lane {
   void* workspace = nullptr;  // kernel workspace (needs no initialisation)
   int64_t workspace_bytes = 0;
   std::vector<kernels::Conv1dSegment> table;  // host copy of the segment table
+  // Page-locked chunk tables of the gather (host pool -> device) and scatter
+  // (device -> host pool) copy kernels, kCopyTableEntries each.
+  kernels::BatchCopyChunk* gather_table = nullptr;
+  kernels::BatchCopyChunk* scatter_table = nullptr;
 };
+
+// Entries of each copy table of a lane: up to 128 MiB per direction and
+// batch; tensors past that are packed through staging.
+inline constexpr int32_t kCopyTableEntries = 8192;
+inline constexpr int64_t kCopyTablesBytes =
+    2 * kCopyTableEntries * static_cast<int64_t>(sizeof(kernels::BatchCopyChunk));
 
 // One memcpy of a pack or unpack step.
 struct CopyJob {

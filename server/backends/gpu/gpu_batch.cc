@@ -1,9 +1,9 @@
 // GpuBackend::RunBatch: resolve weights, plan rounds, and for each round
-// pack -> H2D -> fused kernel -> D2H -> unpack on the lane's stream.
+// pack -> H2D (DMAs, then the gather kernel) -> fused kernel -> D2H (the
+// scatter kernel, then DMAs) -> unpack on the lane's stream.
 #include <algorithm>
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -74,6 +74,29 @@ void MergeRanges(std::vector<Range>& ranges) {
   ranges.swap(merged);
 }
 
+// Queues one async copy per job on `stream`; adds their bytes to *bytes.
+hipError_t QueueCopies(const std::vector<CopyJob>& jobs, hipMemcpyKind kind,
+                       hipStream_t stream, int64_t* bytes) {
+  for (const CopyJob& j : jobs) {
+    const hipError_t err = hipMemcpyAsync(j.dst, j.src, j.bytes, kind, stream);
+    if (err != hipSuccess) return err;
+    *bytes += j.bytes;
+  }
+  return hipSuccess;
+}
+
+int64_t JobBytes(const std::vector<CopyJob>& jobs) {
+  int64_t bytes = 0;
+  for (const CopyJob& j : jobs) bytes += j.bytes;
+  return bytes;
+}
+
+int64_t ChunkBytes(const kernels::BatchCopyChunk* table, int32_t n) {
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < n; ++i) bytes += table[i].bytes;
+  return bytes;
+}
+
 }  // namespace
 
 void ParallelCopy(ThreadPool* pool, const std::vector<CopyJob>& jobs) {
@@ -117,7 +140,12 @@ absl::Status GpuBackend::RunBatch(int lane_index, const BatchKey& key,
   absl::Status st = RunRounds(lane, key, segments, stats);
   if (!st.ok()) {
     const hipError_t err = hipGetLastError();
-    const hipError_t sync = hipStreamSynchronize(lane.stream);
+    hipError_t sync = hipStreamSynchronize(lane.stream);
+    // Copies this lane queued on the device's shared streams must be done
+    // before its buffers are used again.
+    for (hipStream_t shared : {dev.h2d_stream, dev.d2h_stream}) {
+      if (shared != nullptr && sync == hipSuccess) sync = hipStreamSynchronize(shared);
+    }
     if (gpu::IsStickyError(err) || gpu::IsStickyError(sync)) {
       MarkDeviceFailed(dev, st);
     }
@@ -186,35 +214,32 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
   }
   std::vector<std::vector<float>> dw_acc(n), db_acc(n);
 
-  // Tensors in the host pool move by their own DMA, straight between the
-  // request and the device; the rest goes through the lane's staging.
-  // Small ones are read and written by the kernel in place (mapped).
+  // Where each tensor goes: host-pool tensors of at least direct_copy_bytes
+  // by their own DMA straight between the request and the device, smaller
+  // host-pool ones by the gather/scatter copy kernels, the rest packed
+  // through the lane's staging.
   auto in_pool = [&](const void* p, int64_t bytes) {
     return host_pool_ != nullptr && host_pool_->Contains(p, bytes);
   };
   auto direct = [&](const void* p, int64_t bytes) {
     return bytes >= options_.direct_copy_bytes && in_pool(p, bytes);
   };
-  auto mapped = [&](const void* p, int64_t bytes) {
-    return host_pool_mapped_ && bytes < options_.direct_copy_bytes && in_pool(p, bytes);
+  auto gathered = [&](const void* p, int64_t bytes) {
+    return gather_small_host_tensors_ && in_pool(p, bytes);
   };
-  absl::flat_hash_map<int64_t, char*> mapped_slots;  // slot -> host address
-  std::vector<CopyJob> jobs, direct_in, direct_out;
+  std::vector<CopyJob> pack, unpack, direct_in, direct_out, h2d, d2h;
   std::vector<Range> h2d_runs, d2h_runs;
   for (const gpu::Round& round : *rounds) {
     const absl::Time pack_start = absl::Now();
     lane.table.assign(round.pieces.size(), kernels::Conv1dSegment{});
-    jobs.clear();
+    pack.clear();
+    unpack.clear();
     direct_in.clear();
     direct_out.clear();
     h2d_runs.assign(1, Range{round.table_offset, round.table_bytes});
     d2h_runs.clear();
-    mapped_slots.clear();
-    auto dev_ptr = [&](int64_t off) -> char* {
-      if (off < 0) return nullptr;
-      if (auto it = mapped_slots.find(off); it != mapped_slots.end()) return it->second;
-      return lane.buffer + off;
-    };
+    int32_t n_gather = 0, n_scatter = 0;
+    auto dev_ptr = [&](int64_t off) -> char* { return off < 0 ? nullptr : lane.buffer + off; };
     for (size_t p = 0; p < round.pieces.size(); ++p) {
       const gpu::Piece& pc = round.pieces[p];
       const gpu::PieceSlots& sl = round.slots[p];
@@ -225,29 +250,28 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
                        int64_t bytes) {
         if (slot < 0) return;
         const char* src = static_cast<const char*>(v.data) + pc.b_begin * row_bytes;
-        if (mapped(src, bytes)) {
-          mapped_slots[slot] = const_cast<char*>(src);
-          return;
-        }
         if (direct(src, bytes)) {
           direct_in.push_back({lane.buffer + slot, src, bytes});
-          return;
+        } else if (!gathered(src, bytes) ||
+                   !kernels::BatchCopyAppend(lane.gather_table, kCopyTableEntries,
+                                             &n_gather, src, lane.buffer + slot, bytes)) {
+          pack.push_back({lane.pinned + slot, src, bytes});
+          h2d_runs.push_back({slot, bytes});
         }
-        jobs.push_back({lane.pinned + slot, src, bytes});
-        h2d_runs.push_back({slot, bytes});
       };
       // Outputs: the same choice, made now so that the copies can be queued
-      // behind the kernel (the unpack step below skips the direct ones).
+      // behind the kernel; staged ones are unpacked after the round.
       auto stage_out = [&](int64_t slot, const OutputView& v, int64_t row_bytes,
                            int64_t bytes) {
         if (slot < 0 || !v.present()) return;
         char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
-        if (mapped(dst, bytes)) {
-          mapped_slots[slot] = dst;
-        } else if (direct(dst, bytes)) {
+        if (direct(dst, bytes)) {
           direct_out.push_back({dst, lane.buffer + slot, bytes});
-        } else {
+        } else if (!gathered(dst, bytes) ||
+                   !kernels::BatchCopyAppend(lane.scatter_table, kCopyTableEntries,
+                                             &n_scatter, lane.buffer + slot, dst, bytes)) {
           d2h_runs.push_back({slot, bytes});
+          unpack.push_back({dst, lane.pinned + slot, bytes});
         }
       };
       stage_out(sl.y, seg.y, row.x, all.x);
@@ -262,22 +286,24 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       stage(sl.initial_states, seg.initial_states, row.state, all.state);
       stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state);
       stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state);
-      if (convert_weights) {  // small: [D, W] and [D]
-        for (int64_t k = 0; sl.weight >= 0 && k < key.dim * key.width; ++k) {
-          reinterpret_cast<float*>(lane.pinned + sl.weight)[k] =
-              LoadAsFloat(seg.weight.data, key.weight_dtype, k);
+      if (convert_weights) {  // small: [D, W] and [D], staged as fp32
+        if (sl.weight >= 0) {
+          float* w = reinterpret_cast<float*>(lane.pinned + sl.weight);
+          for (int64_t k = 0; k < key.dim * key.width; ++k) {
+            w[k] = LoadAsFloat(seg.weight.data, key.weight_dtype, k);
+          }
+          h2d_runs.push_back({sl.weight, key.dim * key.width * 4});
         }
-        for (int64_t k = 0; sl.bias >= 0 && k < key.dim; ++k) {
-          reinterpret_cast<float*>(lane.pinned + sl.bias)[k] =
-              LoadAsFloat(seg.bias.data, key.weight_dtype, k);
+        if (sl.bias >= 0) {
+          float* b = reinterpret_cast<float*>(lane.pinned + sl.bias);
+          for (int64_t k = 0; k < key.dim; ++k) {
+            b[k] = LoadAsFloat(seg.bias.data, key.weight_dtype, k);
+          }
+          h2d_runs.push_back({sl.bias, key.dim * 4});
         }
       } else {
         stage(sl.weight, seg.weight, 0, all.weight);
         stage(sl.bias, seg.bias, 0, all.bias);
-      }
-      if (convert_weights) {
-        if (sl.weight >= 0) h2d_runs.push_back({sl.weight, key.dim * key.width * 4});
-        if (sl.bias >= 0) h2d_runs.push_back({sl.bias, key.dim * 4});
       }
 
       kernels::Conv1dSegment& t = lane.table[p];
@@ -313,26 +339,48 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     }
     std::memcpy(lane.pinned + round.table_offset, lane.table.data(),
                 lane.table.size() * sizeof(kernels::Conv1dSegment));
-    ParallelCopy(pack_pool_.get(), jobs);
+    ParallelCopy(pack_pool_.get(), pack);
+    stats->staged_bytes += JobBytes(pack);
     stats->pack_seconds += absl::ToDoubleSeconds(absl::Now() - pack_start);
 
+    // Staged runs first, then the direct DMAs, in each direction.
     MergeRanges(h2d_runs);
     MergeRanges(d2h_runs);
+    h2d.clear();
+    d2h.clear();
+    for (const Range& r : h2d_runs) {
+      h2d.push_back({lane.buffer + r.offset, lane.pinned + r.offset, r.bytes});
+    }
+    for (const Range& r : d2h_runs) {
+      d2h.push_back({lane.pinned + r.offset, lane.buffer + r.offset, r.bytes});
+    }
+    h2d.insert(h2d.end(), direct_in.begin(), direct_in.end());
+    d2h.insert(d2h.end(), direct_out.begin(), direct_out.end());
+    // In: the copies and the gather kernel; then the fused kernel on the
+    // lane's stream; out: the scatter kernel and the copies. With shared
+    // copy streams, events order the three streams.
+    const int64_t gather_bytes = ChunkBytes(lane.gather_table, n_gather);
+    const int64_t scatter_bytes = ChunkBytes(lane.scatter_table, n_scatter);
+    const bool shared =
+        dev.h2d_stream != nullptr &&
+        gather_bytes + scatter_bytes + JobBytes(h2d) + JobBytes(d2h) >=
+            options_.shared_copy_min_bytes;
+    hipStream_t in_stream = shared ? dev.h2d_stream : lane.stream;
+    hipStream_t out_stream = shared ? dev.d2h_stream : lane.stream;
     int64_t h2d_bytes = 0, d2h_bytes = 0;
     const char* what = "queueing the H2D copy";
-    err = hipEventRecord(lane.events[0], lane.stream);
-    for (const Range& r : h2d_runs) {
-      if (err != hipSuccess) break;
-      err = hipMemcpyAsync(lane.buffer + r.offset, lane.pinned + r.offset, r.bytes,
-                           hipMemcpyHostToDevice, lane.stream);
-      h2d_bytes += r.bytes;
+    {
+      absl::MutexLockMaybe lock(shared ? &dev.h2d_mu : nullptr);
+      err = hipEventRecord(lane.events[0], in_stream);
+      if (err == hipSuccess) err = QueueCopies(h2d, hipMemcpyHostToDevice, in_stream, &h2d_bytes);
+      if (err == hipSuccess && n_gather > 0) {
+        what = "gathering small host-pool tensors";
+        err = kernels::BatchCopyRun(lane.gather_table, n_gather, in_stream);
+        h2d_bytes += gather_bytes;
+      }
+      if (err == hipSuccess) err = hipEventRecord(lane.events[1], in_stream);
     }
-    for (const CopyJob& j : direct_in) {
-      if (err != hipSuccess) break;
-      err = hipMemcpyAsync(j.dst, j.src, j.bytes, hipMemcpyHostToDevice, lane.stream);
-      h2d_bytes += j.bytes;
-    }
-    if (err == hipSuccess) err = hipEventRecord(lane.events[1], lane.stream);
+    if (err == hipSuccess && shared) err = hipStreamWaitEvent(lane.stream, lane.events[1], 0);
     if (err == hipSuccess) {
       what = "launching the fused kernel";
       err = kernels::Conv1dRun(
@@ -341,19 +389,20 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
           lane.workspace, lane.workspace_bytes, lane.stream);
     }
     if (err == hipSuccess) err = hipEventRecord(lane.events[2], lane.stream);
-    if (err == hipSuccess) what = "queueing the D2H copy";
-    for (const Range& r : d2h_runs) {
-      if (err != hipSuccess) break;
-      err = hipMemcpyAsync(lane.pinned + r.offset, lane.buffer + r.offset, r.bytes,
-                           hipMemcpyDeviceToHost, lane.stream);
-      d2h_bytes += r.bytes;
+    if (err == hipSuccess) {
+      absl::MutexLockMaybe lock(shared ? &dev.d2h_mu : nullptr);
+      if (shared) err = hipStreamWaitEvent(out_stream, lane.events[2], 0);
+      if (err == hipSuccess && n_scatter > 0) {
+        what = "scattering small outputs to the host pool";
+        err = kernels::BatchCopyRun(lane.scatter_table, n_scatter, out_stream);
+        d2h_bytes += scatter_bytes;
+      }
+      if (err == hipSuccess) {
+        what = "queueing the D2H copy";
+        err = QueueCopies(d2h, hipMemcpyDeviceToHost, out_stream, &d2h_bytes);
+      }
+      if (err == hipSuccess) err = hipEventRecord(lane.events[3], out_stream);
     }
-    for (const CopyJob& j : direct_out) {
-      if (err != hipSuccess) break;
-      err = hipMemcpyAsync(j.dst, j.src, j.bytes, hipMemcpyDeviceToHost, lane.stream);
-      d2h_bytes += j.bytes;
-    }
-    if (err == hipSuccess) err = hipEventRecord(lane.events[3], lane.stream);
     if (err == hipSuccess) {
       what = "running the batch on the device";
       err = hipEventSynchronize(lane.events[3]);
@@ -370,28 +419,13 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     stats->d2h_bytes += d2h_bytes;
     stats->launches += 1;
 
-    // Unpack: outputs to the requests, weight gradients converted/summed.
+    // Unpack: staged outputs to the requests, weight gradients converted or
+    // summed.
     const absl::Time unpack_start = absl::Now();
-    jobs.clear();
     for (size_t p = 0; p < round.pieces.size(); ++p) {
       const gpu::Piece& pc = round.pieces[p];
       const gpu::PieceSlots& sl = round.slots[p];
       const ConvSegment& seg = *segments[pc.segment];
-      const gpu::PieceBytes row = gpu::BytesOfPiece(key, seg, 1);
-      const gpu::PieceBytes all = gpu::BytesOfPiece(key, seg, pc.b_count);
-      auto unstage = [&](int64_t slot, const OutputView& v, int64_t row_bytes,
-                         int64_t bytes) {
-        if (slot < 0 || !v.present()) return;
-        char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
-        if (direct(dst, bytes) || mapped(dst, bytes)) return;  // already there
-        jobs.push_back({dst, lane.pinned + slot, bytes});
-      };
-      unstage(sl.y, seg.y, row.x, all.x);
-      unstage(sl.dx, seg.dx, row.x, all.x);
-      unstage(sl.final_states, seg.final_states, row.state, all.state);
-      unstage(sl.dinitial_states, seg.dinitial_states, row.state, all.state);
-      unstage(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state);
-
       auto grads = [&](int64_t slot, const OutputView& out, std::vector<float>& acc,
                        int64_t count) {
         if (slot < 0 || !out.present()) return;
@@ -406,7 +440,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       grads(sl.dweight, seg.dweight, dw_acc[pc.segment], key.dim * key.width);
       grads(sl.dbias, seg.dbias, db_acc[pc.segment], key.dim);
     }
-    ParallelCopy(pack_pool_.get(), jobs);
+    ParallelCopy(pack_pool_.get(), unpack);
+    stats->staged_bytes += JobBytes(unpack);
     stats->pack_seconds += absl::ToDoubleSeconds(absl::Now() - unpack_start);
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -16,6 +16,7 @@
 
 #if defined(CONV1D_PLATFORM_CUDA)
 #define hipSetDevice cudaSetDevice
+#define hipMemcpyKind cudaMemcpyKind
 #define hipMemGetInfo cudaMemGetInfo
 #define hipHostMalloc(p, n, f) cudaHostAlloc((p), (n), (f))
 #define hipHostMallocDefault cudaHostAllocDefault
@@ -25,6 +26,7 @@
 #define hipHostFree cudaFreeHost
 #define hipStreamCreateWithFlags cudaStreamCreateWithFlags
 #define hipStreamNonBlocking cudaStreamNonBlocking
+#define hipStreamWaitEvent cudaStreamWaitEvent
 #define hipEventCreateWithFlags cudaEventCreateWithFlags
 #define hipEventDefault cudaEventDefault
 #define hipEventBlockingSync cudaEventBlockingSync
