@@ -54,7 +54,7 @@ ABSL_FLAG(std::string, devices, "",
           "gpu backend: comma list of device indices to use; empty = all visible");
 ABSL_FLAG(int64_t, lane_buffer_bytes, 0,
           "gpu backend: pinned staging and device buffer per lane; a larger "
-          "request is split along B; 0 = 1/64 of device memory, 64 MiB..1 GiB");
+          "request is split along B; 0 = 1/128 of device memory, 64 MiB..512 MiB");
 ABSL_FLAG(int64_t, weight_cache_bytes, 0,
           "gpu backend: device memory per device for registered weights; "
           "0 = 1/32 of device memory, at most 4 GiB");

@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
   backend->lane_buffer_bytes_ =
       options.lane_buffer_bytes > 0
           ? AlignUp(options.lane_buffer_bytes)
-          : std::clamp<int64_t>(AlignUp(min_memory / 64), 64 * kMiB, kGiB);
+          : std::clamp<int64_t>(AlignUp(min_memory / 128), 64 * kMiB, 512 * kMiB);
   const int64_t lane_bytes = backend->lane_buffer_bytes_;
   const int64_t ws_bytes = AlignUp(options.workspace_bytes);
 
