@@ -74,6 +74,12 @@ using hipDeviceProp_t = cudaDeviceProp;
 #define hipEventRecord cudaEventRecord
 #define hipEventSynchronize cudaEventSynchronize
 #define hipEventElapsedTime cudaEventElapsedTime
+#define hipHostMalloc(p, n, f) cudaHostAlloc((p), (n), (f))
+#define hipHostMallocDefault cudaHostAllocDefault
+#define hipHostMallocPortable cudaHostAllocPortable
+#define hipHostMallocMapped cudaHostAllocMapped
+#define hipHostGetDevicePointer cudaHostGetDevicePointer
+#define hipHostFree cudaFreeHost
 
 #if defined(__CUDACC__)
 template <class T>

@@ -18,12 +18,6 @@
 #define hipSetDevice cudaSetDevice
 #define hipMemcpyKind cudaMemcpyKind
 #define hipMemGetInfo cudaMemGetInfo
-#define hipHostMalloc(p, n, f) cudaHostAlloc((p), (n), (f))
-#define hipHostMallocDefault cudaHostAllocDefault
-#define hipHostMallocPortable cudaHostAllocPortable
-#define hipHostMallocMapped cudaHostAllocMapped
-#define hipHostGetDevicePointer cudaHostGetDevicePointer
-#define hipHostFree cudaFreeHost
 #define hipStreamCreateWithFlags cudaStreamCreateWithFlags
 #define hipStreamNonBlocking cudaStreamNonBlocking
 #define hipStreamWaitEvent cudaStreamWaitEvent
