@@ -138,6 +138,37 @@ __device__ __forceinline__ int64_t mod_fast(int64_t a, int64_t b) {
 __device__ __forceinline__ float act_fwd(float z, bool silu) { return silu ? silu_f(z) : z; }
 
 
+// Asynchronous 16-byte copies from global to shared memory, for loads that
+// must stay in flight without holding registers: copy16_async issues one
+// (bytes = 16, or 0 to fill zeros without reading src; both addresses
+// 16-byte aligned), copy_async_commit closes the calling lane's group of
+// copies issued since the last commit, and copy_async_wait<n> waits until
+// at most n of the lane's groups are still in flight; a lane then sees its
+// own copies. On NVIDIA sm_80+ these are cp.async (global data through L2
+// only); elsewhere the copy is an ordinary load and store, and commit and
+// wait do nothing.
+__device__ __forceinline__ void copy16_async(void* dst_shared, const void* src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+#else
+  *static_cast<uint4*>(dst_shared) =
+      bytes > 0 ? *static_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int kN>
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kN) : "memory");
+#endif
+}
+
 // x̃ at position q of row `row` for q < L: x when q >= 0, else the initial
 // state (zeros when absent). Used for halos that fall outside the team.
 template <class T>

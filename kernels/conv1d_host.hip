@@ -83,7 +83,9 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t D = p.dim;
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
-  int64_t short_lo = -1, short_hi = 0, long_lo = -1, long_hi = 0;
+  // Tile ranges by kind: 0 long, 1 short-row vector, 2 16-bit backward
+  // long-row vector (see Conv1dPlanInfo).
+  int64_t lo[3] = {-1, -1, -1}, hi[3] = {0, 0, 0};
   bool reduce = false;
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
@@ -121,6 +123,14 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
         // group of a row sums its whole dweight and stores it (no partials).
         direct = bwd && vec && B == 1;
       } else {
+        if (bwd && esize == 2 && vec) {
+          // bwd_cf_stream_kernel: chunks of at most kBwdStreamSteps steps,
+          // the row's steps spread evenly over them.
+          const int64_t steps = CeilDiv(nvec, kTeam);
+          const int64_t per = CeilDiv(steps, CeilDiv(steps, kBwdStreamSteps));
+          s.per_lane = static_cast<int32_t>(per);
+          s.nchunks = CeilDiv(steps, per);
+        }
         tiles += B * D * s.nchunks;
       }
       if (direct) {
@@ -148,11 +158,11 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     } else {  // update
       tiles += CeilDiv(B * D, kGenBlock);
     }
-    const bool is_short = path == kPathFastChannelFirst && s.vec && s.rows_per_tile > 1;
+    const bool vec_cf = path == kPathFastChannelFirst && s.vec;
+    const int kind = !vec_cf ? 0 : s.rows_per_tile > 1 ? 1 : (bwd && esize == 2) ? 2 : 0;
     if (tiles > s.tile_begin) {
-      int64_t& lo = is_short ? short_lo : long_lo;
-      if (lo < 0) lo = s.tile_begin;
-      (is_short ? short_hi : long_hi) = tiles;
+      if (lo[kind] < 0) lo[kind] = s.tile_begin;
+      hi[kind] = tiles;
     }
   }
   plan->path = path;
@@ -160,10 +170,12 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->total_tiles = tiles;
   plan->counter_bytes = 0;
   plan->workspace_bytes = floats * 4;
-  plan->short_tile_begin = short_lo < 0 ? 0 : short_lo;
-  plan->short_tile_end = short_hi;
-  plan->long_tile_begin = long_lo < 0 ? 0 : long_lo;
-  plan->long_tile_end = long_hi;
+  plan->long_tile_begin = lo[0] < 0 ? 0 : lo[0];
+  plan->long_tile_end = hi[0];
+  plan->short_tile_begin = lo[1] < 0 ? 0 : lo[1];
+  plan->short_tile_end = hi[1];
+  plan->stream_tile_begin = lo[2] < 0 ? 0 : lo[2];
+  plan->stream_tile_end = hi[2];
   plan->reduce_dw = reduce ? 1 : 0;
   return hipSuccess;
 }

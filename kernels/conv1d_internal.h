@@ -29,6 +29,8 @@ inline constexpr int kMaxPerLaneFwd = 4;
 // Backward, vectors per lane by element size: 4 at 128 registers (2
 // blocks/SM) or 2 at 80 (3 blocks/SM). CONV1D_BWD_SLOTS (fp32) and
 // CONV1D_BWD_SLOTS_16 (fp16/bf16) pick them at build time (tuning only).
+// 16-bit long rows on the vector path use bwd_cf_stream_kernel instead
+// (below); for 16-bit types these apply to short rows and the scalar path.
 #ifndef CONV1D_BWD_SLOTS
 #define CONV1D_BWD_SLOTS 4
 #endif
@@ -39,6 +41,27 @@ constexpr int MaxPerLaneBwd(int elem_bytes) {
   return elem_bytes == 4 ? CONV1D_BWD_SLOTS : CONV1D_BWD_SLOTS_16;
 }
 constexpr int BwdMinBlocks(int elem_bytes) { return MaxPerLaneBwd(elem_bytes) > 2 ? 2 : 3; }
+// Channel-first backward of 16-bit long rows on the vector path
+// (bwd_cf_stream_kernel): a team walks one chunk of a row, per_lane steps of
+// kTeam vectors, with the loads of the next kBwdStreamPrefetch steps in
+// flight (asynchronous copies into a shared-memory ring of
+// kBwdStreamPrefetch + 1 slots of 1 KiB per team, 40 KiB per block at 4).
+// The planner gives a chunk at most kBwdStreamSteps steps. Launch bounds:
+// 256 threads, CONV1D_BWD_STREAM_MIN_BLOCKS blocks/SM (2: up to 128
+// registers). CONV1D_BWD_STREAM_* override these at build time (tuning
+// only; the ring stays within 48 KiB of static shared memory, PREFETCH <= 5).
+#ifndef CONV1D_BWD_STREAM_STEPS
+#define CONV1D_BWD_STREAM_STEPS 16
+#endif
+#ifndef CONV1D_BWD_STREAM_PREFETCH
+#define CONV1D_BWD_STREAM_PREFETCH 4
+#endif
+#ifndef CONV1D_BWD_STREAM_MIN_BLOCKS
+#define CONV1D_BWD_STREAM_MIN_BLOCKS 2
+#endif
+inline constexpr int kBwdStreamSteps = CONV1D_BWD_STREAM_STEPS;
+inline constexpr int kBwdStreamPrefetch = CONV1D_BWD_STREAM_PREFETCH;
+static_assert(kBwdStreamPrefetch >= 1 && kBwdStreamPrefetch <= 5, "ring of 2..6 KiB per team");
 // Short-row backward kernel (rows_per_tile > 1): blocks per SM in its launch
 // bounds (2: 128 registers, 3: 80).
 #ifndef CONV1D_BWD_SHORT_MIN_BLOCKS

@@ -149,6 +149,59 @@ __device__ __forceinline__ void store_f(typename T::S* p, const float (&in)[N]) 
   store_raw<T, N>(p, s);
 }
 
+// 16-bit vectors of 8 elements as one uint4 (four 32-bit words, the
+// lower-addressed element in the low half): unpacking to and packing from
+// fp32.
+template <class T>
+__device__ __forceinline__ void unpack_words(const uint4& u, float (&out)[8]) {
+  static_assert(sizeof(typename T::S) == 2, "16-bit types only");
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (T::kId == 2) {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      out[2 * i] = T::to_f(static_cast<uint16_t>(w[i] & 0xffffu));
+      out[2 * i + 1] = T::to_f(static_cast<uint16_t>(w[i] >> 16));
+    }
+  }
+}
+
+// One 16-byte store of a uint4 (p 16-byte aligned). nvcc split a plain
+// uint4 store into four 32-bit ones inside the backward stream loop, so
+// CUDA gets the vector store spelled out.
+__device__ __forceinline__ void store_words(void* p, const uint4& u) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("st.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w));
+#else
+  *static_cast<uint4*>(p) = u;
+#endif
+}
+
+// Two floats to one word of 16-bit elements (lo in the low half).
+template <class T>
+__device__ __forceinline__ uint32_t pack_word(float lo, float hi) {
+  static_assert(sizeof(typename T::S) == 2, "16-bit types only");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t w;
+  if constexpr (T::kId == 2) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  }
+  return w;
+#else
+  return static_cast<uint32_t>(T::from_f(lo)) | (static_cast<uint32_t>(T::from_f(hi)) << 16);
+#endif
+}
+
+template <class T>
+__device__ __forceinline__ uint4 pack_words(const float (&in)[8]) {
+  return make_uint4(pack_word<T>(in[0], in[1]), pack_word<T>(in[2], in[3]),
+                    pack_word<T>(in[4], in[5]), pack_word<T>(in[6], in[7]));
+}
+
 // Runtime-typed scalar access for small tensors (weights, bias, states,
 // dweight): the dtype is uniform across a launch, so the switch costs a
 // predictable branch.

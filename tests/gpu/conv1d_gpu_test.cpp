@@ -224,6 +224,34 @@ TEST(Conv1dGpu, BackwardVectorChunks) {
   }
 }
 
+// 16-bit channel-first backward on long rows with enough of them (B * D >=
+// 16384) that each team walks many steps of a row: one chunk of 16 steps
+// holding both ends of the row (dinitial_states and dfinal_states), and two
+// chunks of 9 steps whose last step has a single vector inside the row.
+TEST(Conv1dGpu, BackwardLongRowSteps) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Case {
+    Pair pr;
+    int W;
+    uint32_t bits;
+    int64_t L;
+  };
+  const Case cases[] = {{kPairs[2], 4, 0x1f, 4096},
+                        {kPairs[1], 3, 0x39, 4360},
+                        {kPairs[4], 2, 0x0, 4360}};
+  for (const Case& c : cases) {
+    const Conv1dProblem p =
+        MakeProblem(KernelOp::kBackward, c.pr, KernelLayout::kChannelFirst, 8192, c.W, c.bits);
+    std::vector<SegmentData> segs(1);
+    segs[0].batch = 2;
+    segs[0].seqlen = c.L;
+    MakeInputs(p, &segs[0], rng);
+    ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+    EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+  }
+}
+
 // 100 requests of random B, L and weights in one launch give the same bytes
 // as 100 separate launches, and match the reference.
 TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
