@@ -2,6 +2,8 @@
 // channel-first (a 32-lane team per row chunk, 16-byte vectors, halo by
 // shuffles) and channel-last (each thread streams a time chunk of a channel
 // vector with a register window). One launch covers every segment.
+#include <algorithm>
+
 #include "kernels/conv1d_device.h"
 
 namespace conv1d::kernels {
@@ -172,22 +174,159 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   }
 }
 
+// Long rows of 16-bit elements on the vector path (is_stream_tile): a team
+// owns one chunk of a row, per_lane steps of kTeam vectors of N = 8 elements
+// (lane l holds elements l*N .. l*N+N-1 of a step), and walks the steps in
+// order, as bwd_cf_stream_team does: x of the next kP steps is in flight
+// while a step computes, copied asynchronously by each lane into its own
+// slot of the team's ring `stage` (kP + 1 slots; the slot being filled was
+// read a step earlier), so the in-flight data hold no registers. The left
+// x̃ halo of a lane is the previous lane's tail by shuffle; lane 0 gets
+// lane 31's tail of the previous step (lane 31 carries it; before step 0
+// it holds the chunk's left halo, loaded directly). Only the row's last
+// step can be partial (L % N == 0): its lanes at or past L read zeros and
+// store nothing.
+template <class T, int W, bool kSilu>
+__device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
+                                                   int64_t local, int lane, uint4 (*stage)[kTeam]) {
+  using S = typename T::S;
+  constexpr int N = kVecElts<T>;
+  constexpr int kH = W - 1;
+  constexpr int kStep = kTeam * N;
+  constexpr int kP = detail::kFwdStreamPrefetch;
+  constexpr int kSlots = kP + 1;
+  static_assert(N == 8, "one 16-byte vector per lane and step");
+  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  const int64_t L = seg.seqlen;
+  const int64_t nchunks = seg.nchunks;
+  const int V = seg.per_lane;
+  const int64_t row = div_fast(local, nchunks);
+  const int64_t chunk = local - row * nchunks;
+  const int64_t c0 = chunk * V * kStep;
+  const int64_t rem = L - c0;
+  const int nsteps = rem >= static_cast<int64_t>(V) * kStep ? V : static_cast<int>((rem + kStep - 1) / kStep);
+  const bool partial = c0 + static_cast<int64_t>(nsteps) * kStep > L;  // the row's last step, partial
+  const bool last = lane == kTeam - 1;
+  const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
+  const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
+  // Steps in which this lane lies inside the row.
+  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
+  const S* xrow = static_cast<const S*>(seg.x) + row * L;
+  const S* xp = xrow + lpos;
+  S* yp = static_cast<S*>(seg.y) + row * L + lpos;
+
+  // Step st's vector into slot `slot` (zeros past the chunk or the row).
+  // One group per call.
+  auto issue = [&](int st, int slot) {
+    const bool ok = st < lsteps;
+    copy16_async(&stage[slot][lane], xp + (ok ? static_cast<int64_t>(st) * kStep : 0), ok ? 16 : 0);
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q < kP; ++q) issue(q, q);
+  int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
+  float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
+#pragma unroll
+  for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
+  if (last) load_left<T, N, W>(p, seg, xrow, row, c0, carry);
+  float w[W], bias = 0.0f;
+  {
+    const int64_t d = mod_fast(row, p.dim);
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+  }
+#pragma unroll 1
+  for (int st = 0; st < nsteps; ++st) {
+    copy_async_wait<kP - 1>();  // step st's group has landed
+    const uint4 xb = stage[rd][lane];
+    issue(st + kP, wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+    float xf[kH + N];  // x̃ at pos-(W-1) .. pos+N-1
+    {
+      float xv[N];
+      unpack_words<T>(xb, xv);
+#pragma unroll
+      for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+    }
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      const float give = last ? carry[i] : xf[N + i];
+      xf[i] = gpu_shfl(give, src_prev, kTeam);
+      carry[i] = xf[N + i];
+    }
+    float out[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float z = bias;
+#pragma unroll
+      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+      out[e] = kSilu ? silu_f(z) : z;
+    }
+    if (st < lsteps) store_words(yp + static_cast<int64_t>(st) * kStep, pack_words<T>(out));
+  }
+  copy_async_wait<0>();  // the ring is free for the team's next tile
+  if (p.ret_final && lane == 0 && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row);
+}
+
+// 16-bit long-row vector tiles (the planner's stream range) go to
+// fwd_cf_stream_kernel; fwd_cf_kernel skips them (and the stream kernel
+// skips every other tile).
+template <class T>
+__device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
+  return sizeof(typename T::S) == 2 && seg.vec && seg.rows_per_tile == 1;
+}
+
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
-  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
-    const int64_t tile = blk * kTeamsPerBlock + team;
-    if (tile >= p.total_tiles) continue;
+  auto run = [&](int64_t tile) {
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (is_stream_tile<T>(seg)) return;
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
       if (seg.rows_per_tile > 1) fwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
-      else fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
+      else if constexpr (sizeof(typename T::S) != 2) fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
     } else {
       if (seg.rows_per_tile > 1) fwd_cf_team<T, 1, W, true>(p, seg, local, lane);
       else fwd_cf_team<T, 1, W, false>(p, seg, local, lane);
     }
+  };
+  if constexpr (sizeof(typename T::S) == 2) {
+    // From p.tile_begin (the stream range split off); each team walks its
+    // own tiles (no block-wide barrier), which keeps the range start out of
+    // the registers of the loop (spilled otherwise at W = 4).
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * kTeamsPerBlock;
+    for (int64_t tile = p.tile_begin + static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + team;
+         tile < p.total_tiles; tile += stride) {
+      run(tile);
+    }
+  } else {
+    // fp32 plans have no stream range: every launch starts at tile 0.
+    for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
+      const int64_t tile = blk * kTeamsPerBlock + team;
+      if (tile < p.total_tiles) run(tile);
+    }
+  }
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_STREAM_MIN_BLOCKS)
+    fwd_cf_stream_kernel(KParams p) {
+  // Each team's ring of in-flight steps (fwd_cf_stream_team).
+  __shared__ uint4 stage[kTeamsPerBlock][detail::kFwdStreamPrefetch + 1][kTeam];
+  const int lane = threadIdx.x % kTeam;
+  const int team = threadIdx.x / kTeam;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+    if (tile >= p.total_tiles) continue;
+    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (!is_stream_tile<T>(seg)) continue;
+    if (p.silu) fwd_cf_stream_team<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    else fwd_cf_stream_team<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
   }
 }
 
@@ -286,15 +425,49 @@ __global__ void __launch_bounds__(kClCols * kClRows, 2) fwd_cl_kernel(KParams p)
   }
 }
 
+// Tiles in [plan.stream_tile_begin, plan.stream_tile_end) of 16-bit types
+// go to fwd_cf_stream_kernel; the rest (long and short ranges, which it
+// spans) to fwd_cf_kernel. Other plans leave the stream range empty.
 template <class T>
-hipError_t LaunchCf(const KParams& k, hipStream_t s) {
-  const unsigned grid = GridFor((k.total_tiles + kTeamsPerBlock - 1) / kTeamsPerBlock);
+hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
+  if (k0.width < 2 || k0.width > 4) return hipErrorInvalidValue;
   const unsigned block = kTeam * kTeamsPerBlock;
-  switch (k.width) {
-    case 2: fwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-    case 3: fwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-    case 4: fwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    default: return hipErrorInvalidValue;
+  KParams k = k0;
+  const bool has_long = plan.long_tile_end > plan.long_tile_begin;
+  const bool has_short = plan.short_tile_end > plan.short_tile_begin;
+  const bool has_stream = sizeof(typename T::S) == 2 && plan.stream_tile_end > plan.stream_tile_begin;
+  if (has_long || has_short || !has_stream) {
+    // Without a stream range this is the whole launch, as before.
+    k.tile_begin = 0;
+    k.total_tiles = k0.total_tiles;
+    if (has_stream) {
+      const int64_t lo = !has_long ? plan.short_tile_begin
+                         : !has_short ? plan.long_tile_begin
+                         : std::min(plan.long_tile_begin, plan.short_tile_begin);
+      const int64_t hi = !has_long ? plan.short_tile_end
+                         : !has_short ? plan.long_tile_end
+                         : std::max(plan.long_tile_end, plan.short_tile_end);
+      k.tile_begin = lo;
+      k.total_tiles = hi;
+    }
+    const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+    switch (k.width) {
+      case 2: fwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
+      case 3: fwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
+      default: fwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+    }
+  }
+  if constexpr (sizeof(typename T::S) == 2) {
+    if (has_stream) {
+      k.tile_begin = plan.stream_tile_begin;
+      k.total_tiles = plan.stream_tile_end;
+      const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+      switch (k.width) {
+        case 2: fwd_cf_stream_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
+        case 3: fwd_cf_stream_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
+        default: fwd_cf_stream_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+      }
+    }
   }
   return hipGetLastError();
 }
@@ -321,9 +494,9 @@ int32_t LaunchFwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan
   const KParams k = MakeParams(p, plan, segs, ws);
   const auto st = static_cast<hipStream_t>(s);
   switch (p.x_type) {
-    case ScalarType::kF32: return LaunchCf<F32>(k, st);
-    case ScalarType::kF16: return LaunchCf<F16>(k, st);
-    case ScalarType::kBF16: return LaunchCf<BF16>(k, st);
+    case ScalarType::kF32: return LaunchCf<F32>(k, plan, st);
+    case ScalarType::kF16: return LaunchCf<F16>(k, plan, st);
+    case ScalarType::kBF16: return LaunchCf<BF16>(k, plan, st);
   }
   return hipErrorInvalidValue;
 }

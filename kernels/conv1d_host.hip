@@ -83,8 +83,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t D = p.dim;
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
-  // Tile ranges by kind: 0 long, 1 short-row vector, 2 16-bit backward
-  // long-row vector (see Conv1dPlanInfo).
+  // Tile ranges by kind: 0 long, 1 short-row vector, 2 16-bit long-row
+  // vector (see Conv1dPlanInfo).
   int64_t lo[3] = {-1, -1, -1}, hi[3] = {0, 0, 0};
   bool reduce = false;
   for (int32_t i = 0; i < n; ++i) {
@@ -123,11 +123,12 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
         // group of a row sums its whole dweight and stores it (no partials).
         direct = bwd && vec && B == 1;
       } else {
-        if (bwd && esize == 2 && vec) {
-          // bwd_cf_stream_kernel: chunks of at most kBwdStreamSteps steps,
-          // the row's steps spread evenly over them.
+        if (esize == 2 && vec) {
+          // fwd/bwd_cf_stream_kernel: chunks of at most k*StreamSteps
+          // steps, the row's steps spread evenly over them.
           const int64_t steps = CeilDiv(nvec, kTeam);
-          const int64_t per = CeilDiv(steps, CeilDiv(steps, kBwdStreamSteps));
+          const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
+          const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
           s.per_lane = static_cast<int32_t>(per);
           s.nchunks = CeilDiv(steps, per);
         }
@@ -159,7 +160,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       tiles += CeilDiv(B * D, kGenBlock);
     }
     const bool vec_cf = path == kPathFastChannelFirst && s.vec;
-    const int kind = !vec_cf ? 0 : s.rows_per_tile > 1 ? 1 : (bwd && esize == 2) ? 2 : 0;
+    const int kind = !vec_cf ? 0 : s.rows_per_tile > 1 ? 1 : esize == 2 ? 2 : 0;
     if (tiles > s.tile_begin) {
       if (lo[kind] < 0) lo[kind] = s.tile_begin;
       hi[kind] = tiles;

@@ -25,6 +25,8 @@ enum Path : int32_t {
 // (rows_per_tile) so that each lane still has several loads in flight.
 inline constexpr int kTeam = 32;
 inline constexpr int kTeamsPerBlock = 8;
+// Forward vectors per lane (16-bit long vector rows use fwd_cf_stream_kernel
+// instead, below).
 inline constexpr int kMaxPerLaneFwd = 4;
 // Backward, vectors per lane by element size: 4 at 128 registers (2
 // blocks/SM) or 2 at 80 (3 blocks/SM). CONV1D_BWD_SLOTS (fp32) and
@@ -62,6 +64,27 @@ constexpr int BwdMinBlocks(int elem_bytes) { return MaxPerLaneBwd(elem_bytes) > 
 inline constexpr int kBwdStreamSteps = CONV1D_BWD_STREAM_STEPS;
 inline constexpr int kBwdStreamPrefetch = CONV1D_BWD_STREAM_PREFETCH;
 static_assert(kBwdStreamPrefetch >= 1 && kBwdStreamPrefetch <= 5, "ring of 2..6 KiB per team");
+// Channel-first forward of 16-bit long rows on the vector path
+// (fwd_cf_stream_kernel): the same walk as the backward stream, x only, so
+// a ring slot is 512 B per team; kFwdStreamPrefetch steps in flight
+// (kFwdStreamPrefetch + 1 slots, 28 KiB per block at 6), chunks of at most
+// kFwdStreamSteps steps (8: more teams than whole 16-step rows, which
+// measured better), CONV1D_FWD_STREAM_MIN_BLOCKS blocks/SM in the launch
+// bounds (4: up to 64 registers). CONV1D_FWD_STREAM_* override these at
+// build time (tuning only; the ring stays within 48 KiB of static shared
+// memory, PREFETCH <= 11).
+#ifndef CONV1D_FWD_STREAM_STEPS
+#define CONV1D_FWD_STREAM_STEPS 8
+#endif
+#ifndef CONV1D_FWD_STREAM_PREFETCH
+#define CONV1D_FWD_STREAM_PREFETCH 6
+#endif
+#ifndef CONV1D_FWD_STREAM_MIN_BLOCKS
+#define CONV1D_FWD_STREAM_MIN_BLOCKS 4
+#endif
+inline constexpr int kFwdStreamSteps = CONV1D_FWD_STREAM_STEPS;
+inline constexpr int kFwdStreamPrefetch = CONV1D_FWD_STREAM_PREFETCH;
+static_assert(kFwdStreamPrefetch >= 1 && kFwdStreamPrefetch <= 11, "ring of 1..6 KiB per team");
 // Short-row backward kernel (rows_per_tile > 1): blocks per SM in its launch
 // bounds (2: 128 registers, 3: 80).
 #ifndef CONV1D_BWD_SHORT_MIN_BLOCKS

@@ -101,8 +101,8 @@ struct Conv1dPlanInfo {
   int64_t workspace_bytes = 0;  // total workspace the run needs (may be 0)
   // Channel-first fast path: every tile of a short-row vector segment
   // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
-  // short_tile_end); in a 16-bit backward every tile of a long-row vector
-  // segment (own kernel) in [stream_tile_begin, stream_tile_end); every
+  // short_tile_end); in 16-bit types every tile of a long-row vector
+  // segment (own kernels) in [stream_tile_begin, stream_tile_end); every
   // other tile in [long_tile_begin, long_tile_end). An empty range
   // (begin == end) launches nothing. Other paths: all tiles are long.
   int64_t short_tile_begin = 0;

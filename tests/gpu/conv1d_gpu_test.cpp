@@ -252,6 +252,36 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
   }
 }
 
+// 16-bit forward on long rows (fwd_cf_stream_kernel), 16384 rows of 16
+// steps of 256 elements (initial and final states), of 18 steps whose last
+// has a single vector inside the row (final states; chunks of 6 or 9 steps
+// depending on CONV1D_FWD_STREAM_STEPS), and of two steps, the second with
+// one vector (both row ends in one chunk, initial and final states).
+TEST(Conv1dGpu, ForwardLongRowSteps) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Case {
+    Pair pr;
+    int W;
+    uint32_t bits;
+    int64_t L;
+  };
+  const Case cases[] = {{kPairs[2], 4, 0x1f, 4096},
+                        {kPairs[1], 3, 0x0f, 4360},
+                        {kPairs[4], 2, 0x0, 4360},
+                        {kPairs[2], 4, 0x0e, 264}};
+  for (const Case& c : cases) {
+    const Conv1dProblem p =
+        MakeProblem(KernelOp::kForward, c.pr, KernelLayout::kChannelFirst, 8192, c.W, c.bits);
+    std::vector<SegmentData> segs(1);
+    segs[0].batch = 2;
+    segs[0].seqlen = c.L;
+    MakeInputs(p, &segs[0], rng);
+    ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+    EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+  }
+}
+
 // 100 requests of random B, L and weights in one launch give the same bytes
 // as 100 separate launches, and match the reference.
 TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
