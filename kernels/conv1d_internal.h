@@ -100,7 +100,7 @@ inline constexpr int kClStepsFwd = 8;
 // groups of kClGroupBwd{32,16} steps (by element size), the next group's
 // loads in flight while the current one is computed.
 #ifndef CONV1D_CL_BWD_STEPS
-#define CONV1D_CL_BWD_STEPS 16
+#define CONV1D_CL_BWD_STEPS 32
 #endif
 #ifndef CONV1D_CL_BWD_GROUP32
 #define CONV1D_CL_BWD_GROUP32 2
