@@ -802,13 +802,18 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_STREAM_MIN_
   }
 }
 
-// Channel-last: thread (tx, ty) owns channels d0..d0+N-1 and outputs dx for
-// time steps t0 .. t0+kSteps-1, streaming g over t0 .. t0+kSteps+W-2.
+// Channel-last: thread (tx, ty) owns channels d0..d0+N-1 and walks g over
+// t0 .. t0+kSteps+W-2 in groups of kGrp steps (x and dout of the next group
+// loaded while the current one is computed), carrying the last W-1 x and g
+// in registers. It sums dweight/dbias over t0 .. t0+kSteps-1 and writes dx
+// at x positions t0 .. t0+kSteps-1 (and dinitial_states from chunk 0).
 template <class T, int N, int W>
 __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegment& seg,
                                              int64_t local, int tx, int ty, float* red) {
   using S = typename T::S;
   constexpr int kSteps = detail::kClStepsBwd;
+  constexpr int kGrp = sizeof(S) == 4 ? detail::kClGroupBwd32 : detail::kClGroupBwd16;
+  static_assert(kSteps % kGrp == 0, "whole groups");
   constexpr int kParts = N * (W + 1);
   const int64_t D = p.dim;
   const int64_t L = seg.seqlen;
@@ -838,35 +843,7 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
     const S* xb = static_cast<const S*>(seg.x) + b * L * D + d0;
     const S* gb = static_cast<const S*>(seg.dout) + b * L * D + d0;
     S* dxb = static_cast<S*>(seg.dx) + b * L * D + d0;
-    const S* init = static_cast<const S*>(seg.initial_states);
     const S* dfin = static_cast<const S*>(seg.dfinal_states);
-    constexpr int kX = kSteps + 2 * (W - 1);  // x at t0-(W-1) .. t0+kSteps+W-2
-    constexpr int kG = kSteps + W - 1;        // dout at t0 .. t0+kSteps+W-2
-    S xs[kX][N];
-    S ds[kG][N];
-#pragma unroll
-    for (int i = 0; i < kX; ++i) {
-      const int64_t t = t0 - (W - 1) + i;
-      if (t >= 0 && t < L) {
-        load_raw<T, N>(xb + t * D, xs[i]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          xs[i][e] = (t < 0 && p.has_init) ? init[(b * D + d0 + e) * (W - 1) + (W - 1) + t]
-                                           : T::from_f(0.0f);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kG; ++i) {
-      const int64_t t = t0 + i;
-      if (t < L) {
-        load_raw<T, N>(gb + t * D, ds[i]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) ds[i][e] = T::from_f(0.0f);
-      }
-    }
     float w[N][W];
     float bias[N];
 #pragma unroll
@@ -875,49 +852,121 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
       for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.weight, (d0 + e) * W + k, p.wtype);
       bias[e] = p.has_bias ? load_any(seg.bias, d0 + e, p.wtype) : 0.0f;
     }
-    float g[kG][N];
+    // x at t-(W-1) .. t-1 and g at t-(W-1) .. t-1 for the next step t.
+    float xw[W - 1][N];
+    float gw[W - 1][N];
 #pragma unroll
-    for (int i = 0; i < kG; ++i) {
-      const int64_t t = t0 + i;
+    for (int i = 0; i < W - 1; ++i) {
+      const int64_t t = t0 - (W - 1) + i;
+      if (t >= 0) {
+        load_f<T, N>(xb + t * D, xw[i]);
+      } else {
+        const S* init = static_cast<const S*>(seg.initial_states);
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          xw[i][e] = p.has_init ? T::to_f(init[(b * D + d0 + e) * (W - 1) + (W - 1) + t]) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) gw[i][e] = 0.0f;
+    }
+
+    // Groups holding steps below L (the last may run past it), then the
+    // W-1 halo steps after them (dx of the last positions, dfinal); steps
+    // i < nstep of the walk exist.
+    const int64_t left = L - t0;
+    const int ngrp = left >= kSteps ? kSteps / kGrp : static_cast<int>((left + kGrp - 1) / kGrp);
+    const int nsum = ngrp * kGrp;
+    const int nstep = nsum + W - 1;
+    constexpr int kHaloGrp = (W - 1 + kGrp - 1) / kGrp;
+    auto load_group = [&](int j, S (&xq)[kGrp][N], S (&dq)[kGrp][N]) {
+#pragma unroll
+      for (int q = 0; q < kGrp; ++q) {
+        const int i = j * kGrp + q;
+        const int64_t t = t0 + i;
+        if (i < nstep && t < L) {
+          load_raw<T, N>(xb + t * D, xq[q]);
+          load_raw<T, N>(gb + t * D, dq[q]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < N; ++e) xq[q][e] = dq[q][e] = T::from_f(0.0f);
+        }
+      }
+    };
+    // One step at t (g index i = t - t0): g, dweight (if sum), dx at t-(W-1).
+    auto step = [&](const S (&xs)[N], const S (&ds)[N], int64_t t, bool sum, bool emit) {
+      float xv[N], dvv[N];
+      unpack_f<T, N>(xs, xv);
+      unpack_f<T, N>(ds, dvv);
+      const bool in = t < L;
+      const int64_t pos = t - (W - 1);
+      float acc[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         float gv = 0.0f;
-        if (t < L) {
+        if (in) {
           float z = bias[e];
           if (p.silu) {
 #pragma unroll
-            for (int k = 0; k < W; ++k) z += w[e][k] * T::to_f(xs[i + k][e]);
+            for (int k = 0; k < W - 1; ++k) z += w[e][k] * xw[k][e];
+            z += w[e][W - 1] * xv[e];
           }
-          gv = grad_of(T::to_f(ds[i][e]), z, p.silu);
-          if (i < kSteps) {
+          gv = grad_of(dvv[e], z, p.silu);
+          if (sum) {
             dbias[e] += gv;
 #pragma unroll
-            for (int k = 0; k < W; ++k) dw[e][k] += gv * T::to_f(xs[i + k][e]);
+            for (int k = 0; k < W - 1; ++k) dw[e][k] += gv * xw[k][e];
+            dw[e][W - 1] += gv * xv[e];
           }
         }
-        g[i][e] = gv;
+        float a = w[e][0] * gv;
+#pragma unroll
+        for (int k = 1; k < W; ++k) a += w[e][k] * gw[W - 1 - k][e];
+        if (p.has_dfinal && !in && t - L < W - 1) {
+          a += T::to_f(dfin[(b * D + d0 + e) * (W - 1) + (t - L)]);
+        }
+        acc[e] = a;
+#pragma unroll
+        for (int k = 0; k < W - 2; ++k) {
+          xw[k][e] = xw[k + 1][e];
+          gw[k][e] = gw[k + 1][e];
+        }
+        xw[W - 2][e] = xv[e];
+        gw[W - 2][e] = gv;
       }
-      // dx̃ at x̃ index s = t (x position t-(W-1)); complete once i >= W-1,
-      // or from the start in the first chunk (g before t = 0 is zero).
-      if (i >= W - 1 || t0 == 0) {
-        const int64_t tx_pos = t - (W - 1);
-        float acc[N];
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          float a = 0.0f;
-#pragma unroll
-          for (int k = 0; k < W; ++k) {
-            if (i - k >= 0) a += w[e][k] * g[i - k >= 0 ? i - k : 0][e];
-          }
-          if (p.has_dfinal && t >= L) a += T::to_f(dfin[(b * D + d0 + e) * (W - 1) + (t - L)]);
-          acc[e] = a;
-        }
-        if (tx_pos >= 0) {
-          if (tx_pos < L) store_f<T, N>(dxb + tx_pos * D, acc);
+      if (emit) {
+        if (pos >= 0) {
+          store_f<T, N>(dxb + pos * D, acc);
         } else if (p.ret_dinit) {
           S* dinit = static_cast<S*>(seg.dinitial_states);
 #pragma unroll
           for (int e = 0; e < N; ++e) dinit[(b * D + d0 + e) * (W - 1) + t] = T::from_f(acc[e]);
+        }
+      }
+    };
+
+    S xn[kGrp][N], dn[kGrp][N];
+    load_group(0, xn, dn);
+#pragma unroll 1
+    for (int j = 0; j < ngrp + kHaloGrp; ++j) {
+      S xc[kGrp][N], dc[kGrp][N];
+#pragma unroll
+      for (int q = 0; q < kGrp; ++q) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          xc[q][e] = xn[q][e];
+          dc[q][e] = dn[q][e];
+        }
+      }
+      if (j + 1 < ngrp + kHaloGrp) load_group(j + 1, xn, dn);
+#pragma unroll
+      for (int q = 0; q < kGrp; ++q) {
+        const int i = j * kGrp + q;
+        const int64_t t = t0 + i;
+        // dx at t-(W-1) < L; positions before t0 belong to the previous
+        // chunk, except in chunk 0 (dinitial_states, g before 0 is zero).
+        if (i < nstep) {
+          step(xc[q], dc[q], t, i < nsum, (i >= W - 1 || t0 == 0) && t - (W - 1) < L);
         }
       }
     }

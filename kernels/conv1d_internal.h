@@ -96,7 +96,21 @@ static_assert(kFwdStreamPrefetch >= 1 && kFwdStreamPrefetch <= 11, "ring of 1..6
 inline constexpr int kClCols = 32;
 inline constexpr int kClRows = 8;
 inline constexpr int kClStepsFwd = 8;
-inline constexpr int kClStepsBwd = 4;
+// Backward: each thread walks kClStepsBwd steps (plus W-1 of right halo) in
+// groups of kClGroupBwd{32,16} steps (by element size), the next group's
+// loads in flight while the current one is computed.
+#ifndef CONV1D_CL_BWD_STEPS
+#define CONV1D_CL_BWD_STEPS 32
+#endif
+#ifndef CONV1D_CL_BWD_GROUP32
+#define CONV1D_CL_BWD_GROUP32 2
+#endif
+#ifndef CONV1D_CL_BWD_GROUP16
+#define CONV1D_CL_BWD_GROUP16 4
+#endif
+inline constexpr int kClStepsBwd = CONV1D_CL_BWD_STEPS;
+inline constexpr int kClGroupBwd32 = CONV1D_CL_BWD_GROUP32;
+inline constexpr int kClGroupBwd16 = CONV1D_CL_BWD_GROUP16;
 
 // General path and update: one thread per element (per row for update).
 inline constexpr int kGenBlock = 256;
