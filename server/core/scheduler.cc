@@ -11,6 +11,7 @@ namespace {
 constexpr int32_t kMaxBatchRequestsLimit = 65536;
 constexpr int64_t kMaxQueueDelayUsLimit = 10'000'000;
 constexpr int32_t kMaxQueuedRequestsLimit = 16'777'216;
+constexpr int32_t kMaxCompletionThreads = 64;
 // How often an unavailable lane asks the backend again (on the injected
 // clock).
 constexpr absl::Duration kUnavailableLaneRecheck = absl::Seconds(1);
@@ -46,6 +47,12 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
         "max_queued_requests must be in [1, ", kMaxQueuedRequestsLimit,
         "], got ", options.max_queued_requests));
   }
+  if (options.completion_threads < 0 ||
+      options.completion_threads > kMaxCompletionThreads) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "completion_threads must be in [0, ", kMaxCompletionThreads, "], got ",
+        options.completion_threads));
+  }
   if (backend == nullptr) return absl::InvalidArgumentError("backend is null");
   if (clock == nullptr) return absl::InvalidArgumentError("clock is null");
   const int num_lanes = backend->num_lanes();
@@ -61,6 +68,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     for (int lane = 0; lane < num_lanes; ++lane) {
       Scheduler* s = scheduler.get();
       scheduler->lanes_.emplace_back([s, lane] { s->LaneLoop(lane); });
+    }
+    for (int i = 0; i < options.completion_threads; ++i) {
+      Scheduler* s = scheduler.get();
+      scheduler->completers_.emplace_back([s] { s->CompletionLoop(); });
     }
   }
   return scheduler;
@@ -163,6 +174,13 @@ void Scheduler::Shutdown(absl::Duration timeout) {
   }
   for (std::thread& t : lanes_) t.join();
   lanes_.clear();
+  {
+    absl::MutexLock lock(&completion_mu_);
+    completion_stop_ = true;
+  }
+  // They finish every queued chunk before they exit.
+  for (std::thread& t : completers_) t.join();
+  completers_.clear();
   shut_down_ = true;
 }
 
@@ -396,8 +414,51 @@ void Scheduler::RunBatch(int lane, const BatchKey& key,
   for (auto& task : run) {
     task->timings.batch_end = end;
     task->timings.batch_requests = n;
-    Finish(*task, status);
-    task.reset();
+  }
+  FinishTasks(std::move(run), status);
+}
+
+void Scheduler::FinishTasks(std::vector<std::unique_ptr<Task>> tasks,
+                            const absl::Status& status) {
+  const int n = static_cast<int>(tasks.size());
+  const int helpers = options_.completion_threads;
+  int own_begin = 0;  // the lane's share: tasks[own_begin, n)
+  if (helpers > 0 && n >= 2 * kCompletionChunk) {
+    const int chunks = std::min(helpers + 1, n / kCompletionChunk);
+    const int per = (n + chunks - 1) / chunks;
+    own_begin = per * (chunks - 1);
+    absl::MutexLock lock(&completion_mu_);
+    for (int begin = 0; begin < own_begin; begin += per) {
+      CompletionJob job;
+      job.status = status;
+      job.tasks.reserve(per);
+      for (int i = begin; i < begin + per; ++i) job.tasks.push_back(std::move(tasks[i]));
+      completion_queue_.push_back(std::move(job));
+    }
+  }
+  for (int i = own_begin; i < n; ++i) {
+    Finish(*tasks[i], status);
+    tasks[i].reset();
+  }
+}
+
+void Scheduler::CompletionLoop() {
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(completion_mu_) {
+    return completion_stop_ || !completion_queue_.empty();
+  };
+  while (true) {
+    CompletionJob job;
+    {
+      absl::MutexLock lock(&completion_mu_);
+      completion_mu_.Await(absl::Condition(&ready));
+      if (completion_queue_.empty()) return;  // stopping, nothing left
+      job = std::move(completion_queue_.front());
+      completion_queue_.pop_front();
+    }
+    for (auto& task : job.tasks) {
+      Finish(*task, job.status);
+      task.reset();
+    }
   }
 }
 

@@ -11,8 +11,11 @@
 //
 // Ownership: Submit takes ownership of a Task iff it returns OK; from then
 // on the Task's on_done is called exactly once, after which the Task is
-// destroyed. on_done runs on a lane thread, except for tasks failed by a
-// Shutdown whose timeout expired (those run on the Shutdown caller's thread).
+// destroyed. on_done runs on a lane thread or, for the tasks of a large
+// fused batch, on one of the completion threads that share out the batch's
+// on_done calls (so that the last task of a batch is not finished after all
+// the others, one by one); tasks failed by a Shutdown whose timeout expired
+// finish on the Shutdown caller's thread.
 // The backend, clock and observer are not owned and must outlive the
 // Scheduler.
 //
@@ -71,7 +74,17 @@ struct SchedulerOptions {
   // RESOURCE_EXHAUSTED beyond it.
   // Default 4096; valid range 1..16'777'216; otherwise INVALID_ARGUMENT.
   int32_t max_queued_requests = 4096;
+  // Threads that call on_done for the tasks of fused batches alongside the
+  // lane: a batch of at least 2 * kCompletionChunk tasks is cut into chunks
+  // of at least kCompletionChunk; the lane finishes one and these threads
+  // the others, while the lane goes on to its next batch. 0: lanes call
+  // every on_done themselves.
+  // Default 4; valid range 0..64; otherwise INVALID_ARGUMENT.
+  int32_t completion_threads = 4;
 };
+
+// Fewest tasks whose on_done calls a completion thread takes at once.
+inline constexpr int kCompletionChunk = 8;
 
 struct SchedulerStats {
   int64_t submitted = 0;   // Submit calls that returned OK
@@ -118,7 +131,7 @@ class Scheduler {
   // batches already running always finish. Idempotent; concurrent callers
   // all return once shutdown is complete.
   // REQUIRES: not called from on_done or from the backend (it joins the
-  // lane threads those run on).
+  // lane and completion threads those run on).
   void Shutdown(absl::Duration timeout = absl::Seconds(30));
 
   // Tasks queued and not yet taken by a lane.
@@ -161,6 +174,10 @@ class Scheduler {
                 std::vector<std::unique_ptr<Task>> batch,
                 const absl::Status& refuse);
   bool AnyLaneAvailable() const;
+  // Calls on_done(status) of every task and destroys it: the lane's share
+  // here, the rest (for large batches) on the completion threads.
+  void FinishTasks(std::vector<std::unique_ptr<Task>> tasks, const absl::Status& status);
+  void CompletionLoop();
   void ReportDepthLocked(const std::string& family)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -175,6 +192,16 @@ class Scheduler {
   absl::Mutex shutdown_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   std::vector<std::thread> lanes_ ABSL_GUARDED_BY(shutdown_mu_);
+  std::vector<std::thread> completers_ ABSL_GUARDED_BY(shutdown_mu_);
+
+  // Chunks of finished batches waiting for a completion thread.
+  struct CompletionJob {
+    std::vector<std::unique_ptr<Task>> tasks;
+    absl::Status status;
+  };
+  absl::Mutex completion_mu_;
+  std::deque<CompletionJob> completion_queue_ ABSL_GUARDED_BY(completion_mu_);
+  bool completion_stop_ ABSL_GUARDED_BY(completion_mu_) = false;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<BatchKey, KeyQueue> queues_ ABSL_GUARDED_BY(mu_);

@@ -152,6 +152,98 @@ TEST_F(SchedulerTest, MaxBatchRequestsBoundsBatchesInFifoOrder) {
   EXPECT_EQ(sched_->stats().max_batch_requests_seen, 4);
 }
 
+TEST_F(SchedulerTest, LargeBatchOnDoneCallsAreSharedWithCompletionThreads) {
+  SchedulerOptions o;
+  o.max_batch_requests = 64;
+  o.completion_threads = 3;
+  Make(o);
+  BlockLane();
+  // Every on_done records its thread, then waits until four threads are in
+  // on_done at once: only the lane plus three completion threads, each
+  // holding one chunk, get there (a thread cannot take a second chunk while
+  // it waits in its first).
+  absl::Mutex mu;
+  std::set<std::thread::id> threads;
+  constexpr int kTasks = 64;
+  for (uint64_t tag = 1; tag <= kTasks; ++tag) {
+    auto task = MakeTask(tag, KeyWithDim(8), &done_);
+    auto record = std::move(task->on_done);
+    task->on_done = [&, record = std::move(record)](const absl::Status& st,
+                                                    const TaskTimings& t) mutable {
+      {
+        absl::MutexLock lock(&mu);
+        threads.insert(std::this_thread::get_id());
+        auto four = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return threads.size() >= 4; };
+        mu.AwaitWithTimeout(absl::Condition(&four), absl::Seconds(30));
+      }
+      record(st, t);
+    };
+    Submit(std::move(task));
+  }
+  backend_->Unblock();
+  ASSERT_TRUE(done_.AwaitCalls(kTasks + 1));
+  sched_->Shutdown();
+  // 64 tasks = 4 chunks of 16: the lane's and one per completion thread.
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(threads.size(), 4u);
+  for (uint64_t tag = 1; tag <= kTasks; ++tag) {
+    EXPECT_EQ(done_.Get(tag).calls, 1) << tag;
+    EXPECT_TRUE(done_.Get(tag).status.ok()) << tag;
+    EXPECT_EQ(done_.Get(tag).timings.batch_requests, kTasks) << tag;
+  }
+}
+
+TEST_F(SchedulerTest, SmallBatchesAndZeroCompletionThreadsFinishOnTheLane) {
+  for (int helpers : {0, 4}) {
+    SCOPED_TRACE(helpers);
+    SchedulerOptions o;
+    o.max_batch_requests = 64;
+    o.completion_threads = helpers;
+    Make(o);
+    Completions done;
+    backend_->Block();
+    Submit(MakeTask(kBlockerTag, KeyWithDim(999, Op::kUpdate), &done));
+    ASSERT_TRUE(backend_->AwaitEntered(1));
+    std::set<std::thread::id> threads;
+    absl::Mutex mu;
+    // Below 2 * kCompletionChunk tasks no chunk is handed off.
+    const int tasks = helpers == 0 ? 64 : 2 * kCompletionChunk - 1;
+    for (int tag = 1; tag <= tasks; ++tag) {
+      auto task = MakeTask(tag, KeyWithDim(8), &done);
+      auto record = std::move(task->on_done);
+      task->on_done = [&, record = std::move(record)](const absl::Status& st,
+                                                      const TaskTimings& t) mutable {
+        {
+          absl::MutexLock lock(&mu);
+          threads.insert(std::this_thread::get_id());
+        }
+        record(st, t);
+      };
+      Submit(std::move(task));
+    }
+    backend_->Unblock();
+    ASSERT_TRUE(done.AwaitCalls(tasks + 1));
+    sched_->Shutdown();
+    {
+      absl::MutexLock lock(&mu);
+      EXPECT_EQ(threads.size(), 1u);
+    }
+    sched_.reset();
+  }
+}
+
+TEST_F(SchedulerTest, CompletionThreadsOutsideTheirRangeAreRejected) {
+  backend_ = std::make_unique<RecordingBackend>(1);
+  for (int n : {-1, 65}) {
+    SchedulerOptions o;
+    o.completion_threads = n;
+    auto s = Scheduler::Create(o, backend_.get(), &clock_, &observer_);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
+    EXPECT_NE(s.status().message().find("completion_threads"), std::string::npos);
+  }
+}
+
 TEST_F(SchedulerTest, MaxBatchRequestsOfOneDisablesFusion) {
   SchedulerOptions o;
   o.max_batch_requests = 1;
