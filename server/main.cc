@@ -58,6 +58,14 @@ ABSL_FLAG(int64_t, lane_buffer_bytes, 0,
 ABSL_FLAG(int64_t, weight_cache_bytes, 0,
           "gpu backend: device memory per device for registered weights; "
           "0 = 1/32 of device memory, at most 4 GiB");
+ABSL_FLAG(int64_t, host_pool_bytes, 0,
+          "gpu backend: page-locked host memory that large request tensors are "
+          "received into and outputs sent from, moved by DMA with no staging "
+          "copy; 0 = 1/32 of physical memory, 64 MiB..4 GiB; -1 = none");
+ABSL_FLAG(int64_t, host_tensor_min_bytes, int64_t{64} << 10,
+          "compute-request tensors and outputs of at least this many bytes are "
+          "kept in the backend's host buffers (page-locked for gpu) instead of "
+          "protobuf strings: one copy on receipt, none on send; -1 = never");
 ABSL_FLAG(int64_t, max_batch_bytes, int64_t{256} << 20,
           "bytes (inputs plus outputs) per fused batch; a larger request runs alone");
 ABSL_FLAG(int32_t, max_batch_requests, 64,
@@ -65,6 +73,9 @@ ABSL_FLAG(int32_t, max_batch_requests, 64,
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "how long a batch may wait to fill, in microseconds; 0 = run what is "
           "queued now");
+ABSL_FLAG(int32_t, completion_threads, 4,
+          "threads that share out the completions (response serialization and "
+          "call finish) of fused batches with the lane, 0..64; 0 = lanes do it all");
 ABSL_FLAG(int32_t, max_queued_requests, 4096,
           "requests queued before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
@@ -225,6 +236,8 @@ int main(int argc, char** argv) {
   options.backend.lanes = absl::GetFlag(FLAGS_lanes);
   options.backend.lane_buffer_bytes = absl::GetFlag(FLAGS_lane_buffer_bytes);
   options.backend.weight_cache_bytes = absl::GetFlag(FLAGS_weight_cache_bytes);
+  options.backend.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
+  options.host_tensor_min_bytes = absl::GetFlag(FLAGS_host_tensor_min_bytes);
   for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty())) {
     int index = 0;
     if (!absl::SimpleAtoi(d, &index) || index < 0) {
@@ -236,6 +249,7 @@ int main(int argc, char** argv) {
   options.scheduler.max_batch_requests = absl::GetFlag(FLAGS_max_batch_requests);
   options.scheduler.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
   options.scheduler.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.scheduler.completion_threads = absl::GetFlag(FLAGS_completion_threads);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
@@ -260,6 +274,7 @@ int main(int argc, char** argv) {
       "conv1d_server {} serving: backend={} devices=[{}] grpc={} (port {}) "
       "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
       "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
+      "completion_threads={} host_pool_bytes={} host_tensor_min_bytes={} "
       "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
       "drain_grace_ms={} max_connection_age_s={} max_connection_age_grace_s={} "
       "log_level={} log_format={} access_log={}",
@@ -268,7 +283,8 @@ int main(int argc, char** argv) {
       metrics, s.backend().num_lanes(), absl::GetFlag(FLAGS_threads),
       absl::GetFlag(FLAGS_max_batch_bytes), absl::GetFlag(FLAGS_max_batch_requests),
       absl::GetFlag(FLAGS_max_queue_delay_us), absl::GetFlag(FLAGS_max_queued_requests),
-      absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
+      absl::GetFlag(FLAGS_completion_threads), absl::GetFlag(FLAGS_host_pool_bytes),
+      absl::GetFlag(FLAGS_host_tensor_min_bytes), absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
       drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
       absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,
       access_log_path.empty() ? "off" : access_log_path);

@@ -60,6 +60,9 @@ ABSL_FLAG(int64_t, shared_copy_min_bytes, int64_t{1} << 20,
           "gpu backend: rounds moving fewer bytes keep their copies on the lane's stream");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "scheduler: how long a lane waits for a fused batch to fill (fused mode only)");
+ABSL_FLAG(int32_t, completion_threads, 4,
+          "scheduler threads that share out the on_done calls of fused batches "
+          "with the lane (0: the lane calls them all)");
 ABSL_FLAG(std::string, timeline, "",
           "CSV of every measured batch (lane, start, busy and stage microseconds); empty: none");
 ABSL_FLAG(int, timeline_batches, 200, "batches per mode written to --timeline");
@@ -206,6 +209,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
   SchedulerOptions so;
   so.max_batch_requests = max_batch_requests;
   so.max_queued_requests = 1 << 16;
+  so.completion_threads = absl::GetFlag(FLAGS_completion_threads);
   if (max_batch_requests > 1) so.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
   auto sched = Scheduler::Create(so, gpu, Clock::Real(), stages);
   if (!sched.ok()) {

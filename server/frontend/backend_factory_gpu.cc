@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend(const BackendChoice& cho
   if (choice.lanes > 0) options.lanes_per_device = choice.lanes;
   options.lane_buffer_bytes = choice.lane_buffer_bytes;
   options.weight_cache_bytes = choice.weight_cache_bytes;
+  options.host_pool_bytes = choice.host_pool_bytes;
   options.observer = choice.observer;
   absl::StatusOr<std::unique_ptr<GpuBackend>> backend = GpuBackend::Create(options);
   if (!backend.ok()) return backend.status();

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/optional.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
-#include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/core/task.h"
 #include "server/frontend/status_mapping.h"
@@ -32,24 +31,15 @@ void FillInfo(const WeightSet& set, v1::WeightsInfo* info) {
   info->set_bytes(set.bytes());
 }
 
-// Parses the received bytes; INVALID_ARGUMENT when they are not a `message`.
-absl::Status Parse(const grpc::ByteBuffer& bytes, google::protobuf::Message* message) {
-  // The reader only reads the buffer, which gRPC owns.
-  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
-  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request: ", bytes.Length(), " bytes that do not parse as a ",
-                     message->GetDescriptor()->full_name()));
-  }
-  return absl::OkStatus();
-}
-
 // One compute call: the parsed request and the response the backend writes
-// into, owned together by the Task's keepalive.
+// into, with the tensor bytes kept outside them, owned together by the
+// Task's keepalive.
 template <typename Request, typename Response>
 struct ComputeCall {
   Request request;
   Response response;
+  DetachedTensors request_data;
+  DetachedTensors response_data;
   std::shared_ptr<const WeightSet> weights;
 };
 
@@ -80,16 +70,22 @@ void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
                            grpc::CallbackServerContext* context, const CallInfo& call,
                            const google::protobuf::Message* message,
                            grpc::ByteBuffer* response, absl::Status status,
-                           bool retry_hint) {
+                           bool retry_hint, const DetachedTensors* detached) {
   int64_t bytes_sent = 0;
   if (status.ok() && message != nullptr) {
-    bool own_buffer = false;
-    grpc::Status s = grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
-        *message, response, &own_buffer);
-    if (s.ok()) {
-      bytes_sent = static_cast<int64_t>(response->Length());
+    if (detached != nullptr && !detached->empty()) {
+      status = SerializeWithDetachedData(*message, *detached, response);
+      if (status.ok()) bytes_sent = static_cast<int64_t>(response->Length());
     } else {
-      status = absl::InternalError(absl::StrCat("response: ", s.error_message()));
+      bool own_buffer = false;
+      grpc::Status s =
+          grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
+              *message, response, &own_buffer);
+      if (s.ok()) {
+        bytes_sent = static_cast<int64_t>(response->Length());
+      } else {
+        status = absl::InternalError(absl::StrCat("response: ", s.error_message()));
+      }
     }
   }
   const absl::Duration latency = absl::Now() - call.start;
@@ -123,18 +119,28 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   };
 
   auto call = std::make_shared<ComputeCall<Request, Response>>();
-  absl::Status status = Parse(*request, &call->request);
+  const HostAllocator allocate = [backend = backend_](int64_t bytes) {
+    return backend->AllocateHostBuffer(bytes);
+  };
+  absl::Status status =
+      ParseWithDetachedData(*request, &call->request, options_.host_tensor_min_bytes,
+                            allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
   ValidatedCall valid;
-  status = validate(call->request, *registry_, options_.limits, &valid);
+  status = validate(call->request, *registry_, options_.limits, &valid,
+                    &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   status = CheckRequestSize(valid, options_.limits);
   if (!status.ok()) return fail(RejectReason::kTooLarge, status);
 
   // The only request-sized allocation: the response's output bytes, within
   // the limit just checked. Backends check the bound outputs too.
-  bind(&valid, &call->response);
+  OutputBuffers outputs;
+  outputs.min_bytes = options_.host_tensor_min_bytes;
+  outputs.allocate = allocate;
+  outputs.detached = &call->response_data;
+  bind(&valid, &call->response, &outputs);
   status = backend_->CanServe(valid.key, valid.segment);
   if (!status.ok()) {
     // A backend's own shape rules count as invalid input; anything else
@@ -153,10 +159,12 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   call->weights = std::move(valid.weights);
   // The task (and so `call`) lives until on_done has returned.
   const Response* message = &call->response;
+  const DetachedTensors* response_data = &call->response_data;
   task->keepalive = std::move(call);
-  task->on_done = [this, reactor, context, info, message, response](
+  task->on_done = [this, reactor, context, info, message, response, response_data](
                       const absl::Status& done, const TaskTimings&) {
-    Finish(reactor, context, info, message, response, done);
+    Finish(reactor, context, info, message, response, done, /*retry_hint=*/true,
+           response_data);
   };
   status = scheduler_->Submit(&task);
   if (!status.ok()) {
@@ -177,7 +185,7 @@ grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Request req;
   Response resp;
-  absl::Status status = Parse(*request, &req);
+  absl::Status status = ParseMessage(*request, &req);
   if (status.ok()) {
     info.request = &req;
     status = handle(req, &resp);

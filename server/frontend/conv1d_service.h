@@ -8,7 +8,11 @@
 //
 // Forward, Backward and Update parse and validate the request
 // (validation.h), size the response, and submit a Task whose views point
-// into that request and response; the handler returns at once and the call
+// into that request and response; tensors of at least
+// ServiceOptions::host_tensor_min_bytes are received into and sent from the
+// backend's host buffers instead (wire_tensors.h: one copy in, none out, and
+// page-locked memory that the gpu backend moves by DMA without staging).
+// The handler returns at once and the call
 // is finished from the Task's on_done on a scheduler lane thread (which
 // serializes the response), so no reactor ever blocks on compute.
 //
@@ -56,6 +60,10 @@ struct ServiceOptions {
   std::string version;
   // One line per finished call; null: no access log.
   std::shared_ptr<AccessLog> access_log;
+  // Compute-request tensors of at least this many bytes are received into,
+  // and outputs sent from, Backend::AllocateHostBuffer memory rather than
+  // protobuf strings (wire_tensors.h); -1: never.
+  int64_t host_tensor_min_bytes = int64_t{64} << 10;
 };
 
 // Every method of conv1d.v1.Conv1d as a raw callback method.
@@ -130,13 +138,14 @@ class Conv1dService final : public RawConv1dService {
   // Serializes `message` (when `status` is OK) into `response`, reports and
   // logs the outcome, sends the request id and finishes the call, with a
   // retry hint for retryable errors when `retry_hint` (compute calls: a full
-  // queue empties). After this returns, the context and the buffers may be
+  // queue empties). Tensors listed in `detached` (may be null) are sent from
+  // their buffers. After this returns, the context and the buffers may be
   // gone.
   void Finish(grpc::ServerUnaryReactor* reactor,
               grpc::CallbackServerContext* context, const CallInfo& call,
               const google::protobuf::Message* message,
               grpc::ByteBuffer* response, absl::Status status,
-              bool retry_hint = true);
+              bool retry_hint = true, const DetachedTensors* detached = nullptr);
 
   const ServiceOptions options_;
   Scheduler* const scheduler_;

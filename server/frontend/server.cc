@@ -41,6 +41,14 @@ absl::Status CheckOptions(const ServerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_weight_bytes: ", o.max_weight_bytes, " must be >= 1"));
   }
+  if (o.host_tensor_min_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_tensor_min_bytes: ", o.host_tensor_min_bytes, " must be >= -1"));
+  }
+  if (o.backend.host_pool_bytes < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_pool_bytes: ", o.backend.host_pool_bytes, " must be >= -1"));
+  }
   if (o.backend.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("threads: ", o.backend.threads, " is negative"));
@@ -121,6 +129,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   ServiceOptions service_options;
   service_options.version = ServerVersion();
   service_options.access_log = options.access_log;
+  service_options.host_tensor_min_bytes = options.host_tensor_min_bytes;
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
                                                  ? options.max_request_bytes
                                                  : options.max_message_bytes;

@@ -58,6 +58,9 @@ struct ServerOptions {
   int64_t max_request_bytes = 0;
   // Sum of registered weight bytes.
   int64_t max_weight_bytes = int64_t{16} << 30;
+  // Compute-request tensors (and outputs) of at least this many bytes live in
+  // the backend's host buffers instead of protobuf strings; -1: never.
+  int64_t host_tensor_min_bytes = int64_t{64} << 10;
   // How long health reports NOT_SERVING before the listener stops accepting,
   // so that load balancers stop sending first. Bounded by the drain deadline.
   absl::Duration drain_grace = absl::Milliseconds(500);

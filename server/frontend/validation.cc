@@ -49,11 +49,13 @@ absl::StatusOr<Activation> CheckActivation(int wire) {
 }
 
 // Checks dtype, rank, dims and byte count of one wire tensor and points
-// *view into its data. `dims_hint` names the dims ("[B, D, L]") for
+// *view into its data: its own, or the detached bytes `detached` (may be
+// null) holds for it. `dims_hint` names the dims ("[B, D, L]") for
 // messages. The last dim may be 0 when `allow_empty_last` (width-1 states).
 absl::Status CheckTensor(const v1::Tensor& t, absl::string_view field,
                          int rank, absl::string_view dims_hint,
-                         bool allow_empty_last, TensorView* view) {
+                         bool allow_empty_last, TensorView* view,
+                         const DetachedTensors* detached = nullptr) {
   absl::StatusOr<DType> dtype = FromWireDType(t.dtype(), StrCat(field, ".dtype"));
   if (!dtype.ok()) return dtype.status();
   if (t.shape_size() != rank) {
@@ -81,16 +83,24 @@ absl::Status CheckTensor(const v1::Tensor& t, absl::string_view field,
     return InvalidArgumentError(StrCat(field, ".shape ", ShapeString(t.shape()),
                                        " has more bytes than fit in int64"));
   }
-  if (static_cast<int64_t>(t.data().size()) != bytes) {
+  const DetachedTensors::Entry* moved = detached != nullptr ? detached->Find(&t) : nullptr;
+  const int64_t received =
+      moved != nullptr ? moved->bytes : static_cast<int64_t>(t.data().size());
+  if (received != bytes) {
     return InvalidArgumentError(StrCat(
-        field, ".data has ", t.data().size(), " bytes, expected ", bytes,
+        field, ".data has ", received, " bytes, expected ", bytes,
         " (shape ", ShapeString(t.shape()), " ", DTypeName(*dtype), ")"));
   }
   view->dtype = *dtype;
   view->shape.assign(t.shape().begin(), t.shape().end());
-  view->data = t.data().data();
+  if (moved != nullptr) {
+    view->data = moved->buffer.get();
+    view->owner = moved->buffer;
+  } else {
+    view->data = t.data().data();
+    view->owner = nullptr;  // the request outlives the task (see conv1d_service)
+  }
   view->bytes = bytes;
-  view->owner = nullptr;  // the request outlives the task (see conv1d_service)
   return absl::OkStatus();
 }
 
@@ -117,11 +127,11 @@ struct Activations {
 
 absl::Status CheckActivations(const v1::Tensor& t, bool present,
                               absl::string_view field, Layout layout,
-                              Activations* out) {
+                              const DetachedTensors* detached, Activations* out) {
   if (!present) return InvalidArgumentError(StrCat(field, " is missing"));
   const bool cf = layout == Layout::kChannelFirst;
   absl::Status s = CheckTensor(t, field, 3, cf ? "[B, D, L]" : "[B, L, D]",
-                               /*allow_empty_last=*/false, &out->view);
+                               /*allow_empty_last=*/false, &out->view, detached);
   if (!s.ok()) return s;
   out->batch = out->view.shape[0];
   out->dim = out->view.shape[cf ? 1 : 2];
@@ -133,9 +143,9 @@ absl::Status CheckActivations(const v1::Tensor& t, bool present,
 // expected_k < 0.
 absl::Status CheckState(const v1::Tensor& t, absl::string_view field,
                         const Activations& x, int64_t expected_k, int64_t min_k,
-                        TensorView* view) {
+                        const DetachedTensors* detached, TensorView* view) {
   absl::Status s = CheckTensor(t, field, 3, "[B, D, K]",
-                               /*allow_empty_last=*/expected_k == 0, view);
+                               /*allow_empty_last=*/expected_k == 0, view, detached);
   if (!s.ok()) return s;
   if (s = ExpectDType(field, view->dtype, x.view.dtype, "x's dtype"); !s.ok()) return s;
   if (s = ExpectDim(field, 0, view->shape[0], x.batch, "B of x"); !s.ok()) return s;
@@ -240,14 +250,15 @@ int64_t InputBytes(const TensorView& v) { return v.present() ? v.bytes : 0; }
 template <typename Request>
 absl::Status ValidateCommon(const Request& request, Op op,
                             const WeightRegistry& registry,
-                            const ValidationLimits& limits, Activations* x,
+                            const ValidationLimits& limits,
+                            const DetachedTensors* detached, Activations* x,
                             ValidatedCall* call) {
   *call = ValidatedCall();
   absl::StatusOr<Layout> layout = CheckLayout(request.layout());
   if (!layout.ok()) return layout.status();
   absl::StatusOr<Activation> act = CheckActivation(request.activation());
   if (!act.ok()) return act.status();
-  absl::Status s = CheckActivations(request.x(), request.has_x(), "x", *layout, x);
+  absl::Status s = CheckActivations(request.x(), request.has_x(), "x", *layout, detached, x);
   if (!s.ok()) return s;
   BatchKey& key = call->key;
   key.op = op;
@@ -275,9 +286,17 @@ void Accumulate(ValidatedCall* call) {
   call->total_bytes = total;
 }
 
-void SetWireTensor(const OutputView& out, v1::Tensor* t, OutputView* bound) {
+void SetWireTensor(const OutputView& out, v1::Tensor* t, OutputView* bound,
+                   const OutputBuffers* buffers = nullptr) {
   t->set_dtype(ToWireDType(out.dtype));
   t->mutable_shape()->Assign(out.shape.begin(), out.shape.end());
+  if (bound != nullptr && buffers != nullptr && buffers->min_bytes >= 0 &&
+      out.bytes > 0 && out.bytes >= buffers->min_bytes) {
+    std::shared_ptr<void> buffer = buffers->allocate(out.bytes);
+    bound->data = buffer.get();
+    buffers->detached->Add(t, std::move(buffer), out.bytes);
+    return;
+  }
   std::string* data = t->mutable_data();
   data->resize(static_cast<size_t>(out.bytes));
   if (bound != nullptr) bound->data = data->data();
@@ -311,15 +330,17 @@ v1::DType ToWireDType(DType dtype) {
 
 absl::Status ValidateForward(const v1::ForwardRequest& request,
                              const WeightRegistry& registry,
-                             const ValidationLimits& limits, ValidatedCall* call) {
+                             const ValidationLimits& limits, ValidatedCall* call,
+                              const DetachedTensors* detached) {
   Activations x;
-  absl::Status s = ValidateCommon(request, Op::kForward, registry, limits, &x, call);
+  absl::Status s = ValidateCommon(request, Op::kForward, registry, limits, detached, &x, call);
   if (!s.ok()) return s;
   BatchKey& key = call->key;
   ConvSegment& seg = call->segment;
   const int64_t k = key.width - 1;
   if (request.has_initial_states()) {
     s = CheckState(request.initial_states(), "initial_states", x, k, 0,
+                   detached,
                    &seg.initial_states);
     if (!s.ok()) return s;
     if (k == 0) seg.initial_states = TensorView();
@@ -340,14 +361,16 @@ absl::Status ValidateForward(const v1::ForwardRequest& request,
 
 absl::Status ValidateBackward(const v1::BackwardRequest& request,
                               const WeightRegistry& registry,
-                              const ValidationLimits& limits, ValidatedCall* call) {
+                              const ValidationLimits& limits, ValidatedCall* call,
+                              const DetachedTensors* detached) {
   Activations x;
-  absl::Status s = ValidateCommon(request, Op::kBackward, registry, limits, &x, call);
+  absl::Status s = ValidateCommon(request, Op::kBackward, registry, limits, detached, &x, call);
   if (!s.ok()) return s;
   BatchKey& key = call->key;
   ConvSegment& seg = call->segment;
   Activations dout;
-  s = CheckActivations(request.dout(), request.has_dout(), "dout", key.layout, &dout);
+  s = CheckActivations(request.dout(), request.has_dout(), "dout", key.layout,
+                       detached, &dout);
   if (!s.ok()) return s;
   if (s = ExpectDType("dout", dout.view.dtype, key.x_dtype, "x's dtype"); !s.ok()) {
     return s;
@@ -362,6 +385,7 @@ absl::Status ValidateBackward(const v1::BackwardRequest& request,
   const int64_t k = key.width - 1;
   if (request.has_initial_states()) {
     s = CheckState(request.initial_states(), "initial_states", x, k, 0,
+                   detached,
                    &seg.initial_states);
     if (!s.ok()) return s;
     if (k == 0) seg.initial_states = TensorView();
@@ -369,6 +393,7 @@ absl::Status ValidateBackward(const v1::BackwardRequest& request,
   }
   if (request.has_dfinal_states()) {
     s = CheckState(request.dfinal_states(), "dfinal_states", x, k, 0,
+                   detached,
                    &seg.dfinal_states);
     if (!s.ok()) return s;
     if (k == 0) seg.dfinal_states = TensorView();
@@ -392,16 +417,17 @@ absl::Status ValidateBackward(const v1::BackwardRequest& request,
 
 absl::Status ValidateUpdate(const v1::UpdateRequest& request,
                             const WeightRegistry& registry,
-                            const ValidationLimits& limits, ValidatedCall* call) {
+                            const ValidationLimits& limits, ValidatedCall* call,
+                              const DetachedTensors* detached) {
   Activations x;
-  absl::Status s = ValidateCommon(request, Op::kUpdate, registry, limits, &x, call);
+  absl::Status s = ValidateCommon(request, Op::kUpdate, registry, limits, detached, &x, call);
   if (!s.ok()) return s;
   BatchKey& key = call->key;
   ConvSegment& seg = call->segment;
   if (!request.has_conv_state()) return InvalidArgumentError("conv_state is missing");
   const int64_t min_k = key.width > 1 ? key.width - 1 : 1;
   s = CheckState(request.conv_state(), "conv_state", x, /*expected_k=*/-1, min_k,
-                 &seg.conv_state);
+                 detached, &seg.conv_state);
   if (!s.ok()) return s;
   seg.state_len = seg.conv_state.shape[2];
   seg.y = MakeOutput(key.x_dtype, seg.x.shape);
@@ -418,39 +444,42 @@ absl::Status CheckRequestSize(const ValidatedCall& call,
       "the server's max_request_bytes of ", limits.max_request_bytes));
 }
 
-void BindForwardResponse(ValidatedCall* call, v1::ForwardResponse* response) {
+void BindForwardResponse(ValidatedCall* call, v1::ForwardResponse* response,
+                         const OutputBuffers* buffers) {
   ConvSegment& seg = call->segment;
-  SetWireTensor(seg.y, response->mutable_y(), &seg.y);
+  SetWireTensor(seg.y, response->mutable_y(), &seg.y, buffers);
   if (call->key.return_final_states) {
     SetWireTensor(seg.final_states, response->mutable_final_states(),
-                  &seg.final_states);
+                  &seg.final_states, buffers);
   } else if (call->empty_states_out) {
     SetEmptyState(seg, call->key.x_dtype, call->key.dim,
                   response->mutable_final_states());
   }
 }
 
-void BindBackwardResponse(ValidatedCall* call, v1::BackwardResponse* response) {
+void BindBackwardResponse(ValidatedCall* call, v1::BackwardResponse* response,
+                          const OutputBuffers* buffers) {
   ConvSegment& seg = call->segment;
-  SetWireTensor(seg.dx, response->mutable_dx(), &seg.dx);
-  SetWireTensor(seg.dweight, response->mutable_dweight(), &seg.dweight);
+  SetWireTensor(seg.dx, response->mutable_dx(), &seg.dx, buffers);
+  SetWireTensor(seg.dweight, response->mutable_dweight(), &seg.dweight, buffers);
   if (call->key.has_bias) {
-    SetWireTensor(seg.dbias, response->mutable_dbias(), &seg.dbias);
+    SetWireTensor(seg.dbias, response->mutable_dbias(), &seg.dbias, buffers);
   }
   if (call->key.return_dinitial_states) {
     SetWireTensor(seg.dinitial_states, response->mutable_dinitial_states(),
-                  &seg.dinitial_states);
+                  &seg.dinitial_states, buffers);
   } else if (call->empty_states_out) {
     SetEmptyState(seg, call->key.x_dtype, call->key.dim,
                   response->mutable_dinitial_states());
   }
 }
 
-void BindUpdateResponse(ValidatedCall* call, v1::UpdateResponse* response) {
+void BindUpdateResponse(ValidatedCall* call, v1::UpdateResponse* response,
+                        const OutputBuffers* buffers) {
   ConvSegment& seg = call->segment;
-  SetWireTensor(seg.y, response->mutable_y(), &seg.y);
+  SetWireTensor(seg.y, response->mutable_y(), &seg.y, buffers);
   SetWireTensor(seg.conv_state_out, response->mutable_conv_state(),
-                &seg.conv_state_out);
+                &seg.conv_state_out, buffers);
 }
 
 absl::Status ValidateRegisterWeights(const v1::RegisterWeightsRequest& request,

@@ -3,10 +3,11 @@
 //
 // Used by the gRPC handlers (conv1d_service.cc) and by tests. Validation reads
 // only the request's fields and sizes, never allocates anything sized by the
-// request, and builds input views that point INTO the received message (no
-// copies). Only after a request is valid does Bind*Response size the
-// response's bytes fields (the one request-sized allocation) and point the
-// segment's outputs into them.
+// request, and builds input views that point INTO the received message, or
+// into the host buffers its large tensors were received in (wire_tensors.h;
+// no copies). Only after a request is valid does Bind*Response size the
+// response's bytes fields or output buffers (the one request-sized
+// allocation) and point the segment's outputs into them.
 //
 // Rules (every failure is INVALID_ARGUMENT naming the field, unless noted):
 //   - tensors: dtype set and known, exact rank, every dim >= 1, element and
@@ -38,6 +39,7 @@
 #include "server/core/conv_problem.h"
 #include "server/core/dtype.h"
 #include "server/core/weight_registry.h"
+#include "server/frontend/wire_tensors.h"
 
 namespace conv1d {
 
@@ -51,8 +53,9 @@ struct ValidationLimits {
 // A compute request that passed validation.
 struct ValidatedCall {
   BatchKey key;
-  // Inputs point into the request (or the registered weight set); outputs
-  // carry dtype, shape and bytes but no storage until Bind*Response.
+  // Inputs point into the request, its detached buffers (which their views
+  // own a reference to) or the registered weight set; outputs carry dtype,
+  // shape and bytes but no storage until Bind*Response.
   ConvSegment segment;
   // The registered set the request named; null for inline weights. Holding
   // it keeps the weight views valid even if the set is replaced meanwhile.
@@ -64,28 +67,46 @@ struct ValidatedCall {
   bool empty_states_out = false;
 };
 
+// `detached` (may be null) holds the data of request tensors received
+// outside the message (ParseWithDetachedData).
 absl::Status ValidateForward(const v1::ForwardRequest& request,
                              const WeightRegistry& registry,
                              const ValidationLimits& limits,
-                             ValidatedCall* call);
+                             ValidatedCall* call,
+                             const DetachedTensors* detached = nullptr);
 absl::Status ValidateBackward(const v1::BackwardRequest& request,
                               const WeightRegistry& registry,
                               const ValidationLimits& limits,
-                              ValidatedCall* call);
+                              ValidatedCall* call,
+                              const DetachedTensors* detached = nullptr);
 absl::Status ValidateUpdate(const v1::UpdateRequest& request,
                             const WeightRegistry& registry,
                             const ValidationLimits& limits,
-                            ValidatedCall* call);
+                            ValidatedCall* call,
+                            const DetachedTensors* detached = nullptr);
 
 // INVALID_ARGUMENT when call.total_bytes > limits.max_request_bytes.
 absl::Status CheckRequestSize(const ValidatedCall& call,
                               const ValidationLimits& limits);
 
-// Sizes the response's tensors and points call->segment's outputs at them.
+// Where Bind*Response puts outputs of at least `min_bytes` (>= 0; < 0: none):
+// in memory from `allocate`, recorded in `detached` for
+// SerializeWithDetachedData, instead of the response's own data strings.
+struct OutputBuffers {
+  int64_t min_bytes = -1;
+  HostAllocator allocate;
+  DetachedTensors* detached = nullptr;
+};
+
+// Sizes the response's tensors and points call->segment's outputs at them:
+// at their data strings, or at detached buffers per `buffers` (may be null).
 // REQUIRES: `call` came from the matching Validate* of the same request.
-void BindForwardResponse(ValidatedCall* call, v1::ForwardResponse* response);
-void BindBackwardResponse(ValidatedCall* call, v1::BackwardResponse* response);
-void BindUpdateResponse(ValidatedCall* call, v1::UpdateResponse* response);
+void BindForwardResponse(ValidatedCall* call, v1::ForwardResponse* response,
+                         const OutputBuffers* buffers = nullptr);
+void BindBackwardResponse(ValidatedCall* call, v1::BackwardResponse* response,
+                          const OutputBuffers* buffers = nullptr);
+void BindUpdateResponse(ValidatedCall* call, v1::UpdateResponse* response,
+                        const OutputBuffers* buffers = nullptr);
 
 // RegisterWeights: the name (WeightRegistry::ValidateName), weight [D,W]
 // with 1 <= W <= max_width, optional bias [D] of the weight's dtype.
