@@ -6,6 +6,11 @@
 #   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
 #   4. soak: 2 minutes at c=64, mixed shapes and ops, answers verified
 #   (STAGES, default "tests runtime e2e soak", picks a subset)
+# The end-to-end stage runs one server per entry of E2E_SERVERS (default
+# "gpu echo echo-strings"): a backend name, optionally with "-strings" for
+# --host_tensor_min_bytes=-1 (tensors in protobuf strings, the path before
+# host buffers); the transport ceiling is the faster echo. E2E_WORKLOADS and
+# E2E_CONCURRENCY (default all four presets, "1,8,64") narrow it.
 # usage: [STAGES="..."] bench/gpu/run_device_suite.sh DIST_DIR OUT_DIR [--quick]
 set -uo pipefail
 dist=$(cd "$1" && pwd)
@@ -45,16 +50,22 @@ fi
 if want e2e; then
 step "end-to-end benchmark (gpu vs echo)"
 specs=()
-for backend in gpu echo; do
-  "$bin/conv1d_server" --backend=$backend --listen=127.0.0.1:50151 \
-    --metrics_listen=127.0.0.1:50152 --log_level=warn >"$out/server-$backend.log" 2>&1 &
+for server in ${E2E_SERVERS:-gpu echo echo-strings}; do
+  backend=$server
+  extra=()
+  if [[ $server == *-strings ]]; then
+    backend=${server%-strings}
+    extra=(--host_tensor_min_bytes=-1)
+  fi
+  "$bin/conv1d_server" --backend=$backend --listen=127.0.0.1:50151 "${extra[@]}" \
+    --metrics_listen=127.0.0.1:50152 --log_level=warn >"$out/server-$server.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50151 >/dev/null 2>&1 && break; sleep 0.2; done
-  for w in decode-fwd small-fwd large-fwd large-bwd; do
-    "$bin/conv1d_load" --target=127.0.0.1:50151 --preset=$w --concurrency=1,8,64 \
+  for w in ${E2E_WORKLOADS:-decode-fwd small-fwd large-fwd large-bwd}; do
+    "$bin/conv1d_load" --target=127.0.0.1:50151 --preset=$w --concurrency=${E2E_CONCURRENCY:-1,8,64} \
       --warmup_s=1 --window_s=$dur --duration_s=$((3 * dur)) --max_trials=3 --progress=false \
-      --json="$out/load-$backend-$w.json" >"$out/load-$backend-$w.log" 2>&1 || status=1
-    specs+=("$backend:$w:$out/load-$backend-$w.json")
+      --json="$out/load-$server-$w.json" >"$out/load-$server-$w.log" 2>&1 || status=1
+    specs+=("$server:$w:$out/load-$server-$w.json")
   done
   kill -TERM $pid; wait $pid || status=1
 done
