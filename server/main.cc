@@ -62,10 +62,14 @@ ABSL_FLAG(int64_t, host_pool_bytes, 0,
           "gpu backend: page-locked host memory that large request tensors are "
           "received into and outputs sent from, moved by DMA with no staging "
           "copy; 0 = 1/32 of physical memory, 64 MiB..4 GiB; -1 = none");
+ABSL_FLAG(std::string, host_tensors, "auto",
+          "where large compute-request tensors and outputs live: auto (in the "
+          "backend's page-locked host buffers when it has them, i.e. gpu with a "
+          "host pool; else protobuf strings), always (host buffers for every "
+          "backend), never");
 ABSL_FLAG(int64_t, host_tensor_min_bytes, int64_t{64} << 10,
-          "compute-request tensors and outputs of at least this many bytes are "
-          "kept in the backend's host buffers (page-locked for gpu) instead of "
-          "protobuf strings: one copy on receipt, none on send; -1 = never");
+          "smallest tensor that --host_tensors moves to host buffers (one copy "
+          "on receipt, none on send); -1 = none");
 ABSL_FLAG(int64_t, max_batch_bytes, int64_t{256} << 20,
           "bytes (inputs plus outputs) per fused batch; a larger request runs alone");
 ABSL_FLAG(int32_t, max_batch_requests, 64,
@@ -238,6 +242,17 @@ int main(int argc, char** argv) {
   options.backend.weight_cache_bytes = absl::GetFlag(FLAGS_weight_cache_bytes);
   options.backend.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
   options.host_tensor_min_bytes = absl::GetFlag(FLAGS_host_tensor_min_bytes);
+  const std::string host_tensors = absl::GetFlag(FLAGS_host_tensors);
+  if (host_tensors == "auto") {
+    options.host_tensors = conv1d::HostTensors::kAuto;
+  } else if (host_tensors == "always") {
+    options.host_tensors = conv1d::HostTensors::kAlways;
+  } else if (host_tensors == "never") {
+    options.host_tensors = conv1d::HostTensors::kNever;
+  } else {
+    return UsageError(absl::StrCat("--host_tensors: '", host_tensors,
+                                   "' is not auto, always or never"));
+  }
   for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty())) {
     int index = 0;
     if (!absl::SimpleAtoi(d, &index) || index < 0) {
@@ -274,7 +289,7 @@ int main(int argc, char** argv) {
       "conv1d_server {} serving: backend={} devices=[{}] grpc={} (port {}) "
       "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
       "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
-      "completion_threads={} host_pool_bytes={} host_tensor_min_bytes={} "
+      "completion_threads={} host_pool_bytes={} host_tensors={} host_tensor_min_bytes={} "
       "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
       "drain_grace_ms={} max_connection_age_s={} max_connection_age_grace_s={} "
       "log_level={} log_format={} access_log={}",
@@ -284,7 +299,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_batch_bytes), absl::GetFlag(FLAGS_max_batch_requests),
       absl::GetFlag(FLAGS_max_queue_delay_us), absl::GetFlag(FLAGS_max_queued_requests),
       absl::GetFlag(FLAGS_completion_threads), absl::GetFlag(FLAGS_host_pool_bytes),
-      absl::GetFlag(FLAGS_host_tensor_min_bytes), absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
+      absl::GetFlag(FLAGS_host_tensors), absl::GetFlag(FLAGS_host_tensor_min_bytes), absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
       drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
       absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,
       access_log_path.empty() ? "off" : access_log_path);

@@ -72,6 +72,11 @@ class Backend {
                                  [](void* p) { ::operator delete(p); });
   }
 
+  // True when AllocateHostBuffer memory is worth receiving request tensors
+  // into (it saves the backend a copy), i.e. when it comes from a
+  // page-locked pool. Thread-safe.
+  virtual bool PrefersHostBuffers() const { return false; }
+
   // Computes every segment and writes all requested outputs. Blocking.
   // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called
   // from one thread per lane. A non-OK status fails the whole batch.

@@ -52,7 +52,12 @@ Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler
       scheduler_(scheduler),
       registry_(registry),
       backend_(backend),
-      observer_(observer) {}
+      observer_(observer),
+      host_min_bytes_(options.host_tensors == HostTensors::kAlways ||
+                              (options.host_tensors == HostTensors::kAuto &&
+                               backend->PrefersHostBuffers())
+                          ? options.host_tensor_min_bytes
+                          : -1) {}
 
 Conv1dService::CallInfo Conv1dService::Begin(const char* method,
                                               grpc::CallbackServerContext* context,
@@ -122,9 +127,8 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   const HostAllocator allocate = [backend = backend_](int64_t bytes) {
     return backend->AllocateHostBuffer(bytes);
   };
-  absl::Status status =
-      ParseWithDetachedData(*request, &call->request, options_.host_tensor_min_bytes,
-                            allocate, &call->request_data);
+  absl::Status status = ParseWithDetachedData(*request, &call->request, host_min_bytes_,
+                                              allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
   ValidatedCall valid;
@@ -137,7 +141,7 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   // The only request-sized allocation: the response's output bytes, within
   // the limit just checked. Backends check the bound outputs too.
   OutputBuffers outputs;
-  outputs.min_bytes = options_.host_tensor_min_bytes;
+  outputs.min_bytes = host_min_bytes_;
   outputs.allocate = allocate;
   outputs.detached = &call->response_data;
   bind(&valid, &call->response, &outputs);

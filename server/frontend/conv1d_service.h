@@ -8,10 +8,11 @@
 //
 // Forward, Backward and Update parse and validate the request
 // (validation.h), size the response, and submit a Task whose views point
-// into that request and response; tensors of at least
-// ServiceOptions::host_tensor_min_bytes are received into and sent from the
-// backend's host buffers instead (wire_tensors.h: one copy in, none out, and
-// page-locked memory that the gpu backend moves by DMA without staging).
+// into that request and response; with a backend whose host buffers are
+// page-locked (or ServiceOptions::host_tensors kAlways), tensors of at least
+// host_tensor_min_bytes are received into and sent from those buffers
+// instead (wire_tensors.h: one copy in, none out, moved by DMA without
+// staging).
 // The handler returns at once and the call
 // is finished from the Task's on_done on a scheduler lane thread (which
 // serializes the response), so no reactor ever blocks on compute.
@@ -62,8 +63,9 @@ struct ServiceOptions {
   std::shared_ptr<AccessLog> access_log;
   // Compute-request tensors of at least this many bytes are received into,
   // and outputs sent from, Backend::AllocateHostBuffer memory rather than
-  // protobuf strings (wire_tensors.h); -1: never.
+  // protobuf strings (wire_tensors.h) when host_tensors says so; -1: never.
   int64_t host_tensor_min_bytes = int64_t{64} << 10;
+  HostTensors host_tensors = HostTensors::kAuto;
 };
 
 // Every method of conv1d.v1.Conv1d as a raw callback method.
@@ -152,6 +154,8 @@ class Conv1dService final : public RawConv1dService {
   WeightRegistry* const registry_;
   Backend* const backend_;
   Observer* const observer_;
+  // The host_tensor_min_bytes in effect: -1 when host_tensors rules it out.
+  const int64_t host_min_bytes_;
   std::atomic<uint64_t> next_task_id_{1};
   RequestIds request_ids_;
 };

@@ -130,6 +130,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   service_options.version = ServerVersion();
   service_options.access_log = options.access_log;
   service_options.host_tensor_min_bytes = options.host_tensor_min_bytes;
+  service_options.host_tensors = options.host_tensors;
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
                                                  ? options.max_request_bytes
                                                  : options.max_message_bytes;

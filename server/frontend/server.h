@@ -32,6 +32,7 @@
 #include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
 #include "server/frontend/backend_factory.h"
+#include "server/frontend/wire_tensors.h"
 #include "server/logging/access_log.h"
 
 namespace conv1d {
@@ -59,8 +60,11 @@ struct ServerOptions {
   // Sum of registered weight bytes.
   int64_t max_weight_bytes = int64_t{16} << 30;
   // Compute-request tensors (and outputs) of at least this many bytes live in
-  // the backend's host buffers instead of protobuf strings; -1: never.
+  // the backend's host buffers instead of protobuf strings, for backends
+  // whose buffers are page-locked (kAuto), any backend (kAlways) or none
+  // (kNever); host_tensor_min_bytes -1 also means never.
   int64_t host_tensor_min_bytes = int64_t{64} << 10;
+  HostTensors host_tensors = HostTensors::kAuto;
   // How long health reports NOT_SERVING before the listener stops accepting,
   // so that load balancers stop sending first. Bounded by the drain deadline.
   absl::Duration drain_grace = absl::Milliseconds(500);

@@ -33,6 +33,11 @@
 
 namespace conv1d {
 
+// When request tensors go to host buffers: kAuto when the backend prefers
+// them (Backend::PrefersHostBuffers: a page-locked pool); kAlways for any
+// backend (its buffers are then ordinary heap memory); kNever.
+enum class HostTensors { kAuto, kAlways, kNever };
+
 // Host memory of at least the given number of bytes (> 0); never null.
 using HostAllocator = std::function<std::shared_ptr<void>(int64_t bytes)>;
 

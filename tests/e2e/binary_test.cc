@@ -29,7 +29,8 @@ TEST(ServerBinary, HelpListsTheFlags) {
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
         "--max_connection_age_s", "--max_connection_age_grace_s",
-        "--log_level", "--log_format", "--access_log"}) {
+        "--log_level", "--log_format", "--access_log", "--completion_threads",
+        "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -44,6 +45,10 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--log_format=xml"}, "--log_format: unknown format 'xml'"},
       {{"--access_log=/nonexistent-dir/access.log"}, "--access_log: cannot open"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
+      {{"--completion_threads=65"}, "completion_threads"},
+      {{"--host_tensors=maybe"}, "--host_tensors: 'maybe' is not auto, always or never"},
+      {{"--host_tensor_min_bytes=-2"}, "host_tensor_min_bytes"},
+      {{"--host_pool_bytes=-2"}, "host_pool_bytes"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
       {{"--max_connection_age_s=-1"}, "--max_connection_age_s: -1"},
       {{"--max_connection_age_s=3000000"}, "--max_connection_age_s: 3e+06"},

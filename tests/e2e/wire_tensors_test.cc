@@ -456,6 +456,7 @@ TEST(WireTensorsParseDeathTest, ServerSurvivesADeclaredDataLengthOf2To31) {
       {
         ServerOptions options;
         options.backend.name = BackendUnderTest();
+        options.host_tensors = HostTensors::kAlways;
         TestServer ts;
         StartTestServer(std::move(options), &ts);
         if (ts.server == nullptr) std::exit(4);
@@ -745,6 +746,7 @@ class WireTensorsServer : public ::testing::Test {
       options.backend.name = BackendUnderTest();
       options.backend.threads = 2;
       options.host_tensor_min_bytes = min_bytes;
+      options.host_tensors = HostTensors::kAlways;
       servers_->emplace_back(min_bytes, TestServer());
       StartTestServer(std::move(options), &servers_->back().second);
       if (servers_->back().second.server == nullptr) return;
@@ -857,6 +859,29 @@ TEST_F(WireTensorsServer, UnusualEncodingsAreAnsweredAndMalformedOnesRejected) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("conv1d.v1.ForwardRequest"));
   }
+}
+
+// host_tensors auto (the default) moves tensors only for a backend whose
+// host buffers are page-locked: the gpu backend with its host pool.
+TEST(WireTensorsAuto, DetachesOnlyForBackendsThatPreferHostBuffers) {
+  ServerOptions options;
+  options.backend.name = BackendUnderTest();
+  options.backend.threads = 2;
+  TestServer ts;
+  StartTestServer(std::move(options), &ts);
+  ASSERT_NE(ts.server, nullptr);
+  Rng rng(44);
+  const Case c = LargeForwardCase(DType::kF32);
+  const Inputs in = MakeInputs(c, &rng);
+  std::string raw;
+  const grpc::Status s = RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward",
+                                      MakeForward(c, in).SerializeAsString(), &raw);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::ForwardResponse r;
+  ASSERT_TRUE(r.ParseFromString(raw));
+  EXPECT_EQ(CheckForward(c, in, r), "");
+  // Detached y is sent after the inline final_states (field 2).
+  EXPECT_EQ(raw[0], ts.server->backend().PrefersHostBuffers() ? '\x12' : '\x0a');
 }
 
 }  // namespace

@@ -116,6 +116,7 @@ class GpuBackend final : public Backend {
   bool LaneAvailable(int lane) const override;
   // Page-locked from the host pool while it has room, else heap memory.
   std::shared_ptr<void> AllocateHostBuffer(int64_t bytes) override;
+  bool PrefersHostBuffers() const override { return host_pool_ != nullptr; }
   int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
 
  private:
