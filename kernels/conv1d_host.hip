@@ -84,8 +84,9 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
   // Tile ranges by kind: 0 long, 1 short-row vector, 2 16-bit long-row
-  // vector (see Conv1dPlanInfo).
-  int64_t lo[3] = {-1, -1, -1}, hi[3] = {0, 0, 0};
+  // vector, 3 16-bit long rows walked a channel per tile (see
+  // Conv1dPlanInfo).
+  int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
@@ -98,6 +99,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     s.per_lane = 1;
     s.nchunks = 1;
     s.rows_per_tile = 1;
+    s.walk_rows = 0;
     if (path == kPathFastChannelFirst) {
       const int64_t ne = 16 / esize;
       const bool vec = L % ne == 0 && Aligned(s.x, 16) &&
@@ -125,14 +127,20 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       } else {
         if (esize == 2 && vec) {
           // fwd/bwd_cf_stream_kernel: chunks of at most k*StreamSteps
-          // steps, the row's steps spread evenly over them.
+          // steps, the row's steps spread evenly over them; or, backward,
+          // when the B rows of a channel are single chunks and short enough
+          // together, one team per channel walking them (walk_rows).
           const int64_t steps = CeilDiv(nvec, kTeam);
           const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
           const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
           s.per_lane = static_cast<int32_t>(per);
           s.nchunks = CeilDiv(steps, per);
+          if (bwd && s.nchunks == 1 && B * steps <= kBwdWalkSteps) {
+            s.walk_rows = static_cast<int32_t>(B);
+            direct = true;
+          }
         }
-        tiles += B * D * s.nchunks;
+        tiles += s.walk_rows > 0 ? D : B * D * s.nchunks;
       }
       if (direct) {
         s.ws_partial_offset = -1;
@@ -157,10 +165,21 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       tiles += CeilDiv(B * D * (L + W - 1), kGenBlock);
       if (bwd) floats += B * D * L;
     } else {  // update
-      tiles += CeilDiv(B * D, kGenBlock);
+      // Vector path (update_rows_vec): one decode step with the minimal
+      // state, whole 16-byte vectors of rows within one batch row.
+      const int64_t r = 16 / esize;
+      const bool a16 = Aligned(s.x, 16) && Aligned(s.y, 16) && Aligned(s.conv_state, 16) &&
+                       Aligned(s.conv_state_out, 16) && Aligned(s.weight, 16) &&
+                       (!p.has_bias || Aligned(s.bias, 16));
+      s.vec = FastWidth(p.width) && L == 1 && s.state_len == W - 1 && D % r == 0 && a16;
+      tiles += s.vec ? CeilDiv(B * D, kUpdBlock * r) : CeilDiv(B * D, kGenBlock);
     }
     const bool vec_cf = path == kPathFastChannelFirst && s.vec;
-    const int kind = !vec_cf ? 0 : s.rows_per_tile > 1 ? 1 : esize == 2 ? 2 : 0;
+    const int kind = path == kPathUpdate ? (s.vec ? 2 : 0)
+                     : !vec_cf ? 0
+                     : s.rows_per_tile > 1 ? 1
+                     : s.walk_rows > 0 ? 3
+                     : esize == 2 ? 2 : 0;
     if (tiles > s.tile_begin) {
       if (lo[kind] < 0) lo[kind] = s.tile_begin;
       hi[kind] = tiles;
@@ -177,6 +196,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->short_tile_end = hi[1];
   plan->stream_tile_begin = lo[2] < 0 ? 0 : lo[2];
   plan->stream_tile_end = hi[2];
+  plan->walk_tile_begin = lo[3] < 0 ? 0 : lo[3];
+  plan->walk_tile_end = hi[3];
   plan->reduce_dw = reduce ? 1 : 0;
   return hipSuccess;
 }

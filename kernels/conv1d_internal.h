@@ -85,6 +85,15 @@ static_assert(kBwdStreamPrefetch >= 1 && kBwdStreamPrefetch <= 5, "ring of 2..6 
 inline constexpr int kFwdStreamSteps = CONV1D_FWD_STREAM_STEPS;
 inline constexpr int kFwdStreamPrefetch = CONV1D_FWD_STREAM_PREFETCH;
 static_assert(kFwdStreamPrefetch >= 1 && kFwdStreamPrefetch <= 11, "ring of 1..6 KiB per team");
+// Backward of 16-bit long rows whose B rows of a channel hold at most
+// kBwdWalkSteps steps in all, each row a single chunk: one team per
+// channel walks the B rows (walk_rows) and stores dweight/dbias itself
+// (no partials, no reduce_dw_kernel). 0 turns the walk off.
+// CONV1D_BWD_WALK_STEPS overrides it at build time (tuning only).
+#ifndef CONV1D_BWD_WALK_STEPS
+#define CONV1D_BWD_WALK_STEPS 32
+#endif
+inline constexpr int kBwdWalkSteps = CONV1D_BWD_WALK_STEPS;
 // Short-row backward kernel (rows_per_tile > 1): blocks per SM in its launch
 // bounds (2: 128 registers, 3: 80).
 #ifndef CONV1D_BWD_SHORT_MIN_BLOCKS
@@ -112,8 +121,15 @@ inline constexpr int kClStepsBwd = CONV1D_CL_BWD_STEPS;
 inline constexpr int kClGroupBwd32 = CONV1D_CL_BWD_GROUP32;
 inline constexpr int kClGroupBwd16 = CONV1D_CL_BWD_GROUP16;
 
-// General path and update: one thread per element (per row for update).
+// General path: one thread per element.
 inline constexpr int kGenBlock = 256;
+// Update: one thread per row (kGenBlock per block), or on the vector path
+// one per 16 bytes of x worth of rows, kUpdBlock per block
+// (CONV1D_UPD_BLOCK, tuning only).
+#ifndef CONV1D_UPD_BLOCK
+#define CONV1D_UPD_BLOCK 128
+#endif
+inline constexpr int kUpdBlock = CONV1D_UPD_BLOCK;
 
 inline constexpr int64_t kMaxGridBlocks = int64_t{1} << 22;
 

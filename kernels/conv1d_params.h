@@ -90,6 +90,9 @@ struct Conv1dSegment {
   int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
+  int32_t walk_rows = 0;          // backward, 16-bit long rows: B = tile d walks
+                                  // the B rows of channel d and stores
+                                  // dweight/dbias itself; 0 = a tile is a chunk
 };
 
 // Result of Conv1dPlan(); pass it unchanged to Conv1dRun().
@@ -102,15 +105,20 @@ struct Conv1dPlanInfo {
   // Channel-first fast path: every tile of a short-row vector segment
   // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
   // short_tile_end); in 16-bit types every tile of a long-row vector
-  // segment (own kernels) in [stream_tile_begin, stream_tile_end); every
-  // other tile in [long_tile_begin, long_tile_end). An empty range
-  // (begin == end) launches nothing. Other paths: all tiles are long.
+  // segment (own kernels) in [stream_tile_begin, stream_tile_end), except
+  // in the backward those walked a channel per tile (walk_rows > 0, own
+  // kernel) in [walk_tile_begin, walk_tile_end); every other tile in
+  // [long_tile_begin, long_tile_end). Update: tiles of vector-path segments
+  // (vec) in the stream range, the others in the long range. An empty
+  // range (begin == end) launches nothing. Other paths: all tiles are long.
   int64_t short_tile_begin = 0;
   int64_t short_tile_end = 0;
   int64_t long_tile_begin = 0;
   int64_t long_tile_end = 0;
   int64_t stream_tile_begin = 0;
   int64_t stream_tile_end = 0;
+  int64_t walk_tile_begin = 0;
+  int64_t walk_tile_end = 0;
   int32_t reduce_dw = 0;  // backward: 1 if any segment writes dweight partials
 };
 

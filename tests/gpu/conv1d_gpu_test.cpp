@@ -199,6 +199,35 @@ TEST(Conv1dGpu, Update) {
   }
 }
 
+// Decode steps on the update's vector path (one token, state_len = W-1,
+// D a multiple of 8): a thread updates 16 bytes of x worth of rows. One
+// launch mixes such segments with one that takes the per-row path (three
+// tokens), in place and not, with and without bias, every dtype pair.
+TEST(Conv1dGpu, UpdateVectorRows) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  uint32_t n = 0;
+  for (const Pair& pr : kPairs) {
+    for (int W : {2, 3, 4}) {
+      for (uint32_t bits : {0x3u, 0x0u}) {
+        ++n;
+        const Conv1dProblem p =
+            MakeProblem(KernelOp::kUpdate, pr, KernelLayout::kChannelFirst, 40, W, bits);
+        std::vector<SegmentData> segs(3);
+        for (int i = 0; i < 3; ++i) {
+          segs[i].batch = 1 + i * 3;
+          segs[i].seqlen = i == 1 ? 3 : 1;
+          segs[i].state_len = W - 1;
+          MakeInputs(p, &segs[i], rng);
+          if ((n + i) % 2) segs[i].state_out = HostTensor();  // in place
+        }
+        ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+        EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+      }
+    }
+  }
+}
+
 // Channel-first backward on the 16-byte vector path with several chunks per
 // row: interior (full) tiles, a row ending exactly at a chunk end, a partial
 // last chunk, and the states that send the first and last chunks to the
@@ -279,6 +308,37 @@ TEST(Conv1dGpu, ForwardLongRowSteps) {
     MakeInputs(p, &segs[0], rng);
     ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
     EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+  }
+}
+
+// 16-bit long rows. Backward: the B rows of a channel walked by one team
+// (walk_rows: 4 x 8 steps; 3 x 9 steps whose last has one vector inside the
+// row; one row of 16 steps) and rows too many for a walk (5 x 8 steps, a
+// chunk per row). Forward: the same shapes.
+TEST(Conv1dGpu, StreamChannelWalk) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Shape {
+    int64_t B, L;
+  };
+  const Shape shapes[] = {{4, 2048}, {3, 2056}, {5, 2048}, {1, 4096}};
+  uint32_t n = 0;
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (const Pair& pr : {kPairs[2], kPairs[1], kPairs[4]}) {
+      for (int W : {2, 3, 4}) {
+        for (const Shape& sh : shapes) {
+          ++n;
+          const uint32_t bits = (n % 3 == 0) ? 0x3fu : (n % 3 == 1) ? 0x1u : 0x1au;
+          const Conv1dProblem p = MakeProblem(op, pr, KernelLayout::kChannelFirst, 25, W, bits);
+          std::vector<SegmentData> segs(1);
+          segs[0].batch = sh.B;
+          segs[0].seqlen = sh.L;
+          MakeInputs(p, &segs[0], rng);
+          ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+        }
+      }
+    }
   }
 }
 
