@@ -157,6 +157,17 @@ __device__ __forceinline__ void copy16_async(void* dst_shared, const void* src, 
       bytes > 0 ? *static_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
 #endif
 }
+// copy16_async for 8 bytes (both addresses 8-byte aligned); through L1.
+__device__ __forceinline__ void copy8_async(void* dst_shared, const void* src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+#else
+  *static_cast<uint2*>(dst_shared) =
+      bytes > 0 ? *static_cast<const uint2*>(src) : make_uint2(0u, 0u);
+#endif
+}
 __device__ __forceinline__ void copy_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;" ::: "memory");

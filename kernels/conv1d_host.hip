@@ -149,13 +149,13 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
         reduce = true;
       }
     } else if (path == kPathFastChannelLast) {
-      constexpr int64_t kN = 4;
+      const int64_t kN = bwd ? kClVecBwd : ClVecFwd(static_cast<int>(esize));
       const int64_t vb = kN * esize;
       const bool vec = D % kN == 0 && Aligned(s.x, vb) &&
                        (bwd ? Aligned(s.dout, vb) && Aligned(s.dx, vb) : Aligned(s.y, vb));
       const int64_t nD = vec ? D / kN : D;
       const int64_t ndb = CeilDiv(nD, kClCols);
-      const int64_t steps = bwd ? kClStepsBwd : kClStepsFwd;
+      const int64_t steps = bwd ? kClStepsBwd : ClStepsFwd(static_cast<int>(esize));
       s.vec = vec;
       s.nchunks = CeilDiv(L, kClRows * steps);
       tiles += B * s.nchunks * ndb;

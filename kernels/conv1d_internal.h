@@ -101,15 +101,49 @@ inline constexpr int kBwdWalkSteps = CONV1D_BWD_WALK_STEPS;
 #endif
 
 // Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
-// threads; each thread streams kClSteps* time steps of its channel vector.
+// threads; each thread streams ClStepsFwd / kClStepsBwd time steps of its
+// channel vector (ClVec channels; the scalar path, one).
 inline constexpr int kClCols = 32;
 inline constexpr int kClRows = 8;
-inline constexpr int kClStepsFwd = 8;
-// Backward: each thread walks kClStepsBwd steps (plus W-1 of right halo) in
-// groups of kClGroupBwd{32,16} steps (by element size), the next group's
-// loads in flight while the current one is computed.
+// Forward: steps per thread and channels per vector by element size. fp32:
+// 8 steps, all of a thread's loads issued at once (116 registers, 2
+// blocks/SM). 16-bit vector path: 16 steps walked one at a time with x of
+// the next kClFwdPrefetch16 steps in flight in a shared-memory ring
+// (fwd_cl_ring; 9 slots of 2 KiB per block at 8; 0 switches back to all
+// loads at once, in registers), 3 blocks/SM (80 registers) in the launch
+// bounds. CONV1D_CL_FWD_{STEPS16,VEC16,PREFETCH16,MIN_BLOCKS16} override
+// the 16-bit settings (tuning only; VEC16 4 or 8: 8- or 16-byte vectors).
+#ifndef CONV1D_CL_FWD_STEPS16
+#define CONV1D_CL_FWD_STEPS16 16
+#endif
+#ifndef CONV1D_CL_FWD_VEC16
+#define CONV1D_CL_FWD_VEC16 4
+#endif
+#ifndef CONV1D_CL_FWD_MIN_BLOCKS16
+#define CONV1D_CL_FWD_MIN_BLOCKS16 3
+#endif
+#ifndef CONV1D_CL_FWD_PREFETCH16
+#define CONV1D_CL_FWD_PREFETCH16 8
+#endif
+inline constexpr int kClFwdPrefetch16 = CONV1D_CL_FWD_PREFETCH16;
+constexpr int ClStepsFwd(int elem_bytes) { return elem_bytes == 4 ? 8 : CONV1D_CL_FWD_STEPS16; }
+constexpr int ClVecFwd(int elem_bytes) { return elem_bytes == 4 ? 4 : CONV1D_CL_FWD_VEC16; }
+constexpr int ClFwdMinBlocks(int elem_bytes) { return elem_bytes == 4 ? 2 : CONV1D_CL_FWD_MIN_BLOCKS16; }
+static_assert(CONV1D_CL_FWD_VEC16 == 4 || CONV1D_CL_FWD_VEC16 == 8, "8- or 16-byte vectors");
+inline constexpr int kClVecBwd = 4;
+// Backward: each thread walks kClStepsBwd steps (plus W-1 of right halo).
+// On the vector path the x and dout vectors of the next
+// ClBwdPrefetch(element size) steps are in flight while a step is computed
+// (asynchronous copies into the thread's slots of a shared-memory ring of
+// prefetch + 1 slots; 40 KiB per block for fp32 at 4, 36 KiB for 16-bit at
+// 8); the scalar path loads groups of kClGroupBwd{32,16} steps into
+// registers, the next group's loads in flight while the current one is
+// computed. Launch bounds: 256 threads, CONV1D_CL_BWD_MIN_BLOCKS blocks/SM.
+// CONV1D_CL_BWD_ROTATE=1 unrolls the ring loop by W-1 steps. CONV1D_CL_BWD_*
+// override these at build time (tuning only; the ring stays within 48 KiB
+// of static shared memory).
 #ifndef CONV1D_CL_BWD_STEPS
-#define CONV1D_CL_BWD_STEPS 32
+#define CONV1D_CL_BWD_STEPS 64
 #endif
 #ifndef CONV1D_CL_BWD_GROUP32
 #define CONV1D_CL_BWD_GROUP32 2
@@ -117,9 +151,30 @@ inline constexpr int kClStepsFwd = 8;
 #ifndef CONV1D_CL_BWD_GROUP16
 #define CONV1D_CL_BWD_GROUP16 4
 #endif
+#ifndef CONV1D_CL_BWD_PREFETCH32
+#define CONV1D_CL_BWD_PREFETCH32 4
+#endif
+#ifndef CONV1D_CL_BWD_PREFETCH16
+#define CONV1D_CL_BWD_PREFETCH16 8
+#endif
+#ifndef CONV1D_CL_BWD_ROTATE
+#define CONV1D_CL_BWD_ROTATE 0
+#endif
+#ifndef CONV1D_CL_BWD_MIN_BLOCKS
+#define CONV1D_CL_BWD_MIN_BLOCKS 2
+#endif
 inline constexpr int kClStepsBwd = CONV1D_CL_BWD_STEPS;
 inline constexpr int kClGroupBwd32 = CONV1D_CL_BWD_GROUP32;
 inline constexpr int kClGroupBwd16 = CONV1D_CL_BWD_GROUP16;
+constexpr int ClBwdPrefetch(int elem_bytes) {
+  return elem_bytes == 4 ? CONV1D_CL_BWD_PREFETCH32 : CONV1D_CL_BWD_PREFETCH16;
+}
+// Bytes of one block's ring (slots x {x, dout} x threads x vector).
+constexpr int ClBwdRingBytes(int elem_bytes) {
+  return (ClBwdPrefetch(elem_bytes) + 1) * 2 * kClCols * kClRows * kClVecBwd * elem_bytes;
+}
+static_assert(CONV1D_CL_BWD_PREFETCH32 >= 1 && ClBwdRingBytes(4) <= 48 * 1024, "fp32 ring");
+static_assert(CONV1D_CL_BWD_PREFETCH16 >= 1 && ClBwdRingBytes(2) <= 48 * 1024, "16-bit ring");
 
 // General path: one thread per element.
 inline constexpr int kGenBlock = 256;

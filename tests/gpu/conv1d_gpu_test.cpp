@@ -342,6 +342,35 @@ TEST(Conv1dGpu, StreamChannelWalk) {
   }
 }
 
+// Channel-last fast path on the vector path with several channel blocks
+// (D = 264: the last block partial) and several time chunks per row: a row
+// ending inside a thread's walk, one ending 2 steps past a block of time
+// chunks, initial states, dfinal_states and dinitial_states, every dtype.
+TEST(Conv1dGpu, ChannelLastChunks) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Case {
+    Pair pr;
+    int W;
+    uint32_t bits;
+    int64_t L;
+  };
+  const Case cases[] = {{kPairs[0], 4, 0x1f, 1000}, {kPairs[2], 4, 0x1f, 2050},
+                        {kPairs[1], 3, 0x0f, 2050}, {kPairs[4], 2, 0x1d, 1000},
+                        {kPairs[0], 2, 0x00, 2050}, {kPairs[2], 3, 0x02, 300}};
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (const Case& c : cases) {
+      const Conv1dProblem p = MakeProblem(op, c.pr, KernelLayout::kChannelLast, 264, c.W, c.bits);
+      std::vector<SegmentData> segs(1);
+      segs[0].batch = 2;
+      segs[0].seqlen = c.L;
+      MakeInputs(p, &segs[0], rng);
+      ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
+      EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+    }
+  }
+}
+
 // 100 requests of random B, L and weights in one launch give the same bytes
 // as 100 separate launches, and match the reference.
 TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
