@@ -272,6 +272,120 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   if (p.ret_final && lane == 0 && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row);
 }
 
+// Short rows on the vector path (rows_per_tile > 1): a team owns
+// rows_per_tile (<= kTeam) consecutive rows of one segment and walks them
+// kTeam / lanes_per_row rows at a time (a step: lane l holds elements
+// (l % lpr) * N .. + N - 1 of row l / lpr of the step), as
+// fwd_cf_stream_team walks a long row: x of the next kP steps is in flight
+// while a step computes (the team's ring `stage`, kP + 1 slots). Lane l
+// loads the weights, bias and initial state of the tile's row l once; a
+// step fetches its rows' by shuffle. The left halo of a lane is the
+// previous lane's tail, of a row's first lane the initial state (zeros
+// when absent). Lanes past L or past the tile's rows store nothing.
+template <class T, int W>
+__device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dSegment& seg,
+                                                 int64_t local, int lane, uint4 (*stage)[kTeam]) {
+  using S = typename T::S;
+  constexpr int N = kVecElts<T>;
+  constexpr int kH = W - 1;
+  constexpr int kP = detail::kFwdShortPrefetch;
+  constexpr int kSlots = kP + 1;
+  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  const int64_t L = seg.seqlen;
+  const int64_t nrows = seg.batch * p.dim;
+  const int lpr = seg.lanes_per_row;
+  const int rps = kTeam / lpr;  // rows per step
+  const int64_t row_begin = local * seg.rows_per_tile;
+  const int64_t left = nrows - row_begin;
+  const int nrt = left < seg.rows_per_tile ? static_cast<int>(left) : seg.rows_per_tile;
+  const int nsteps = (nrt + rps - 1) / rps;
+  const int sub = lane / lpr;  // row of the step
+  const int pos = (lane & (lpr - 1)) * N;
+  const bool first = pos == 0;
+  const bool inrow = pos < L;
+  const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
+  const int64_t lane_off = (row_begin + sub) * L + pos;
+  const int64_t step_off = static_cast<int64_t>(rps) * L;
+  const S* xp = static_cast<const S*>(seg.x) + lane_off;
+  S* yp = static_cast<S*>(seg.y) + lane_off;
+
+  auto issue = [&](int st, int slot) {
+    if (st < nsteps) {
+      const bool ok = inrow && st * rps + sub < nrt;
+      copy16_async(&stage[slot][lane], xp + (ok ? st * step_off : 0), ok ? 16 : 0);
+    }
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q < kP; ++q) issue(q, q);
+  int rd = 0, wr = kP;
+
+  float wl[W], bl = 0.0f, il[kH];
+#pragma unroll
+  for (int k = 0; k < W; ++k) wl[k] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kH; ++i) il[i] = 0.0f;
+  if (lane < nrt) {
+    const int64_t r = row_begin + lane;
+    const int64_t d = mod_fast(r, p.dim);
+#pragma unroll
+    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
+    if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
+    if (p.has_init) {
+      const S* init = static_cast<const S*>(seg.initial_states) + r * kH;
+#pragma unroll
+      for (int i = 0; i < kH; ++i) il[i] = T::to_f(init[i]);
+    }
+  }
+
+#pragma unroll 1
+  for (int st = 0; st < nsteps; ++st) {
+    copy_async_wait<kP - 1>();  // step st's group has landed
+    const uint4 xb = stage[rd][lane];
+    issue(st + kP, wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+    const int rs = st * rps + sub;  // row of the tile, and the lane holding its weights
+    float w[W], bias;
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = gpu_shfl(wl[k], rs, kTeam);
+    bias = gpu_shfl(bl, rs, kTeam);
+    float xf[kH + N];  // x̃ at pos-(W-1) .. pos+N-1
+    {
+      S xs[N];
+      __builtin_memcpy(xs, &xb, 16);
+      float xv[N];
+      unpack_f<T, N>(xs, xv);
+#pragma unroll
+      for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+    }
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      const float got = gpu_shfl(xf[N + i], src_prev, kTeam);
+      float own = 0.0f;
+      if (p.has_init) own = gpu_shfl(il[i], rs, kTeam);
+      xf[i] = first ? own : got;
+    }
+    float out[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float z = bias;
+#pragma unroll
+      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+      out[e] = act_fwd(z, p.silu);
+    }
+    if (inrow && rs < nrt) store_f<T, N>(yp + st * step_off, out);
+  }
+  copy_async_wait<0>();  // the ring is free for the team's next tile
+  if (p.ret_final) {
+    const S* x = static_cast<const S*>(seg.x);
+    for (int rs = lane; rs < nrt; rs += kTeam) {
+      const int64_t r = row_begin + rs;
+      write_final_cf<T, W>(p, seg, x + r * L, r);
+    }
+  }
+}
+
 // 16-bit long-row vector tiles (the planner's stream range) go to
 // fwd_cf_stream_kernel; fwd_cf_kernel skips them (and the stream kernel
 // skips every other tile).
@@ -280,17 +394,22 @@ __device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
   return sizeof(typename T::S) == 2 && seg.vec && seg.rows_per_tile == 1;
 }
 
+// Short-row vector tiles (the planner's short range) go to
+// fwd_cf_short_kernel; fwd_cf_kernel skips them too.
+__device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
+  return seg.vec && seg.rows_per_tile > 1;
+}
+
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   auto run = [&](int64_t tile) {
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (is_stream_tile<T>(seg)) return;
+    if (is_stream_tile<T>(seg) || is_short_tile(seg)) return;
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
-      if (seg.rows_per_tile > 1) fwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
-      else if constexpr (sizeof(typename T::S) != 2) fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
+      if constexpr (sizeof(typename T::S) != 2) fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
     } else {
       if (seg.rows_per_tile > 1) fwd_cf_team<T, 1, W, true>(p, seg, local, lane);
       else fwd_cf_team<T, 1, W, false>(p, seg, local, lane);
@@ -306,7 +425,8 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KPara
       run(tile);
     }
   } else {
-    // fp32 plans have no stream range: every launch starts at tile 0.
+    // fp32 plans have no stream range: every launch starts at tile 0 (and
+    // skips the short range).
     for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
       const int64_t tile = blk * kTeamsPerBlock + team;
       if (tile < p.total_tiles) run(tile);
@@ -329,6 +449,23 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_STREAM_MIN_
     if (!is_stream_tile<T>(seg)) continue;
     if (p.silu) fwd_cf_stream_team<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     else fwd_cf_stream_team<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+  }
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_SHORT_MIN_BLOCKS)
+    fwd_cf_short_kernel(KParams p) {
+  // Each team's ring of in-flight steps (fwd_cf_rows_team).
+  __shared__ uint4 stage[kTeamsPerBlock][detail::kFwdShortPrefetch + 1][kTeam];
+  const int lane = threadIdx.x % kTeam;
+  const int team = threadIdx.x / kTeam;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+    if (tile >= p.total_tiles) continue;
+    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (!is_short_tile(seg)) continue;
+    fwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team]);
   }
 }
 
@@ -562,43 +699,44 @@ __global__ void __launch_bounds__(kClCols * kClRows, detail::ClFwdMinBlocks(size
   }
 }
 
-// Tiles in [plan.stream_tile_begin, plan.stream_tile_end) of 16-bit types
-// go to fwd_cf_stream_kernel; the rest (long and short ranges, which it
-// spans) to fwd_cf_kernel. Other plans leave the stream range empty.
+// Three kernels, each over its tile range (plan ranges may interleave;
+// each kernel skips the tiles of the others): fwd_cf_short_kernel over the
+// short range, fwd_cf_stream_kernel over the stream range (16-bit types),
+// fwd_cf_kernel over the long range (fp32: from tile 0, which keeps its
+// block loop as it was).
 template <class T>
 hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
   if (k0.width < 2 || k0.width > 4) return hipErrorInvalidValue;
   const unsigned block = kTeam * kTeamsPerBlock;
   KParams k = k0;
-  const bool has_long = plan.long_tile_end > plan.long_tile_begin;
-  const bool has_short = plan.short_tile_end > plan.short_tile_begin;
-  const bool has_stream = sizeof(typename T::S) == 2 && plan.stream_tile_end > plan.stream_tile_begin;
-  if (has_long || has_short || !has_stream) {
-    // Without a stream range this is the whole launch, as before.
-    k.tile_begin = 0;
-    k.total_tiles = k0.total_tiles;
-    if (has_stream) {
-      const int64_t lo = !has_long ? plan.short_tile_begin
-                         : !has_short ? plan.long_tile_begin
-                         : std::min(plan.long_tile_begin, plan.short_tile_begin);
-      const int64_t hi = !has_long ? plan.short_tile_end
-                         : !has_short ? plan.long_tile_end
-                         : std::max(plan.long_tile_end, plan.short_tile_end);
-      k.tile_begin = lo;
-      k.total_tiles = hi;
-    }
-    const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+  auto grid_for = [&](const KParams& kk) {
+    return GridFor((kk.total_tiles - kk.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+  };
+  if (plan.long_tile_end > plan.long_tile_begin) {
+    k.tile_begin = sizeof(typename T::S) == 2 ? plan.long_tile_begin : 0;
+    k.total_tiles = plan.long_tile_end;
+    const unsigned grid = grid_for(k);
     switch (k.width) {
       case 2: fwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
       case 3: fwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
       default: fwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
     }
   }
+  if (plan.short_tile_end > plan.short_tile_begin) {
+    k.tile_begin = plan.short_tile_begin;
+    k.total_tiles = plan.short_tile_end;
+    const unsigned grid = grid_for(k);
+    switch (k.width) {
+      case 2: fwd_cf_short_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
+      case 3: fwd_cf_short_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
+      default: fwd_cf_short_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+    }
+  }
   if constexpr (sizeof(typename T::S) == 2) {
-    if (has_stream) {
+    if (plan.stream_tile_end > plan.stream_tile_begin) {
       k.tile_begin = plan.stream_tile_begin;
       k.total_tiles = plan.stream_tile_end;
-      const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+      const unsigned grid = grid_for(k);
       switch (k.width) {
         case 2: fwd_cf_stream_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
         case 3: fwd_cf_stream_kernel<T, 3><<<grid, block, 0, s>>>(k); break;

@@ -88,6 +88,33 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   // Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
+  // Short rows: lanes per row (a power of two >= 4) for a row of nvec
+  // vectors (or elements), nvec <= kTeam.
+  auto short_lanes = [](int64_t nvec) {
+    int32_t lpr = kTeam;
+    while (lpr > 4 && nvec <= lpr / 2) lpr /= 2;
+    return lpr;
+  };
+  // Short-row vector tiles (fwd/bwd_cf_short_kernel) hold up to
+  // k*ShortSteps steps; fewer when the launch's short rows would make fewer
+  // than k*ShortTiles tiles. Tiling does not change any result (each row
+  // is computed, and its dweight summed, within one step), so it may
+  // depend on the whole launch.
+  int64_t short_steps = 1;
+  if (path == kPathFastChannelFirst) {
+    const int64_t cap = bwd ? kBwdShortSteps : kFwdShortSteps;
+    const int64_t target = bwd ? kBwdShortTiles : kFwdShortTiles;
+    const int64_t ne = 16 / esize;
+    int64_t total = 0;
+    for (int32_t i = 0; i < n; ++i) {
+      const int64_t L = segs[i].seqlen;
+      if (L % ne != 0 || L > kTeam * ne) continue;  // not a short vector row
+      total += CeilDiv(segs[i].batch * D, kTeam / short_lanes(L / ne));
+    }
+    while (short_steps * 2 <= cap && total / (short_steps * 2) >= target) {
+      short_steps *= 2;
+    }
+  }
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
     const int64_t B = s.batch, L = s.seqlen;
@@ -116,10 +143,18 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       if (v == 1 && s.nchunks == 1) {
         // Short rows: several rows per team and, when a row needs at most
         // half a team, several rows per slot (lanes_per_row lanes each).
-        int32_t lpr = kTeam;
-        while (lpr > 4 && nvec <= lpr / 2) lpr /= 2;
+        const int32_t lpr = short_lanes(nvec);
         s.lanes_per_row = lpr;
         s.rows_per_tile = static_cast<int32_t>(max_v) * (kTeam / lpr);
+        if (vec) {
+          // fwd/bwd_cf_short_kernel: short_steps steps of kTeam / lpr rows, at
+          // most kTeam rows and at least 2 (rows_per_tile > 1 marks the
+          // kind).
+          int64_t st = short_steps;
+          while (st > 1 && st * (kTeam / lpr) > kTeam) st /= 2;
+          if (st * (kTeam / lpr) < 2) st = 2;
+          s.rows_per_tile = static_cast<int32_t>(st * (kTeam / lpr));
+        }
         tiles += CeilDiv(B * D, s.rows_per_tile);
         // Short-row vector segments of one batch row per channel: the lane
         // group of a row sums its whole dweight and stores it (no partials).

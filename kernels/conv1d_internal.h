@@ -94,11 +94,63 @@ static_assert(kFwdStreamPrefetch >= 1 && kFwdStreamPrefetch <= 11, "ring of 1..6
 #define CONV1D_BWD_WALK_STEPS 32
 #endif
 inline constexpr int kBwdWalkSteps = CONV1D_BWD_WALK_STEPS;
-// Short-row backward kernel (rows_per_tile > 1): blocks per SM in its launch
-// bounds (2: 128 registers, 3: 80).
+// Short-row backward kernel (bwd_cf_short_kernel, rows_per_tile > 1 on the
+// vector path): a team walks the rows of its tile kTeam / lanes_per_row at
+// a time (a step of kTeam vectors), with the loads of the next
+// kBwdShortPrefetch steps in flight in a shared-memory ring
+// (kBwdShortPrefetch + 1 slots of 1 KiB per team, 40 KiB per block at 4).
+// A tile holds at most kBwdShortSteps steps and kTeam rows; the planner
+// gives fewer when the launch's short rows make fewer than
+// kBwdShortTiles tiles of that size, so that small launches still spread
+// over the device. Blocks per SM in the launch bounds:
+// CONV1D_BWD_SHORT_MIN_BLOCKS for fp32 (3: 80 registers, no spills),
+// CONV1D_BWD_SHORT_MIN_BLOCKS_16 for fp16/bf16 (2: at 3 blocks W = 4
+// spills). CONV1D_BWD_SHORT_* override these at build time (tuning only).
 #ifndef CONV1D_BWD_SHORT_MIN_BLOCKS
-#define CONV1D_BWD_SHORT_MIN_BLOCKS 2
+#define CONV1D_BWD_SHORT_MIN_BLOCKS 3
 #endif
+#ifndef CONV1D_BWD_SHORT_MIN_BLOCKS_16
+#define CONV1D_BWD_SHORT_MIN_BLOCKS_16 2
+#endif
+constexpr int BwdShortMinBlocks(int elem_bytes) {
+  return elem_bytes == 4 ? CONV1D_BWD_SHORT_MIN_BLOCKS : CONV1D_BWD_SHORT_MIN_BLOCKS_16;
+}
+#ifndef CONV1D_BWD_SHORT_PREFETCH
+#define CONV1D_BWD_SHORT_PREFETCH 4
+#endif
+#ifndef CONV1D_BWD_SHORT_STEPS
+#define CONV1D_BWD_SHORT_STEPS 16
+#endif
+#ifndef CONV1D_BWD_SHORT_TILES
+#define CONV1D_BWD_SHORT_TILES 4096
+#endif
+inline constexpr int kBwdShortPrefetch = CONV1D_BWD_SHORT_PREFETCH;
+inline constexpr int kBwdShortSteps = CONV1D_BWD_SHORT_STEPS;
+inline constexpr int64_t kBwdShortTiles = CONV1D_BWD_SHORT_TILES;
+static_assert(kBwdShortPrefetch >= 1 && kBwdShortPrefetch <= 5, "ring of 2..6 KiB per team");
+static_assert(kBwdShortSteps >= 1, "at least one step per tile");
+// Short-row forward kernel (fwd_cf_short_kernel): the same walk over the
+// rows of a tile, x only (ring slots of 512 B per team, 28 KiB per block at
+// 6 steps ahead), tiles of at most kFwdShortSteps steps and kTeam rows,
+// fewer when the launch would make fewer than kFwdShortTiles tiles;
+// CONV1D_FWD_SHORT_MIN_BLOCKS blocks per SM (4: up to 64 registers).
+#ifndef CONV1D_FWD_SHORT_MIN_BLOCKS
+#define CONV1D_FWD_SHORT_MIN_BLOCKS 4
+#endif
+#ifndef CONV1D_FWD_SHORT_PREFETCH
+#define CONV1D_FWD_SHORT_PREFETCH 6
+#endif
+#ifndef CONV1D_FWD_SHORT_STEPS
+#define CONV1D_FWD_SHORT_STEPS 8
+#endif
+#ifndef CONV1D_FWD_SHORT_TILES
+#define CONV1D_FWD_SHORT_TILES 4096
+#endif
+inline constexpr int kFwdShortPrefetch = CONV1D_FWD_SHORT_PREFETCH;
+inline constexpr int kFwdShortSteps = CONV1D_FWD_SHORT_STEPS;
+inline constexpr int64_t kFwdShortTiles = CONV1D_FWD_SHORT_TILES;
+static_assert(kFwdShortPrefetch >= 1 && kFwdShortPrefetch <= 11, "ring of 1..6 KiB per team");
+static_assert(kFwdShortSteps >= 1, "at least one step per tile");
 
 // Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
 // threads; each thread streams ClStepsFwd / kClStepsBwd time steps of its

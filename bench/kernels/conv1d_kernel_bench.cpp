@@ -3,8 +3,8 @@
 // on the shapes of shared/ANCHORS.md plus a 64-request fused launch.
 // Writes bench/results/kernels-<device>-<date>.csv (or the path given as
 // argv[1]) and prints a table with upstream causal-conv1d's %ceil beside
-// ours. Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP]
-// (--only runs one case, e.g. for a profiler).
+// ours. Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP[,...]]
+// (--only runs the listed cases, e.g. for a profiler).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -256,7 +256,9 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     const char* dt = c.type == F32 ? "fp32" : "bf16";
     const char* op = c.op == FWD ? "fwd" : c.op == BWD ? "bwd" : "update";
-    if (!only.empty() && only != c.name + "/" + dt + "/" + op) continue;
+    if (!only.empty() && ("," + only + ",").find("," + c.name + "/" + dt + "/" + op + ",") == std::string::npos) {
+      continue;
+    }
     Conv1dProblem p;
     p.op = c.op;
     p.x_type = p.weight_type = c.type;

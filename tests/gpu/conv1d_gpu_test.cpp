@@ -342,6 +342,52 @@ TEST(Conv1dGpu, StreamChannelWalk) {
   }
 }
 
+// Short channel-first rows on the vector path (fwd/bwd_cf_short_kernel):
+// enough rows in one launch (D = 4099, 16 requests) that a tile walks many
+// steps, rows of 1 to 32 vectors (1 to 8 lanes per row, several rows per
+// step), B = 1 (dweight stored directly) and B > 1 (partials), a last tile
+// with fewer rows; then three of the requests alone (fewer steps per tile)
+// give the same bytes.
+TEST(Conv1dGpu, ShortRowTiles) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Case {
+    Pair pr;
+    int W;
+    uint32_t bits;
+  };
+  const Case cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 3, 0x39}, {kPairs[1], 2, 0x0}, {kPairs[4], 4, 0x0f}};
+  const int64_t shapes[][2] = {{1, 128}, {1, 128}, {1, 8},  {1, 128}, {1, 24},  {1, 128},
+                               {2, 64},  {1, 128}, {1, 48}, {1, 128}, {3, 128}, {1, 128},
+                               {1, 256}, {1, 128}, {1, 16}, {1, 128}};
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (const Case& c : cases) {
+      const Conv1dProblem p = MakeProblem(op, c.pr, KernelLayout::kChannelFirst, 4099, c.W, c.bits);
+      std::vector<SegmentData> segs(std::size(shapes));
+      for (size_t i = 0; i < segs.size(); ++i) {
+        segs[i].batch = shapes[i][0];
+        segs[i].seqlen = shapes[i][1];
+        MakeInputs(p, &segs[i], rng);
+      }
+      std::vector<SegmentData> fused = segs;
+      ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, fused);
+      ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, fused);
+      for (size_t i : {size_t{0}, size_t{2}, size_t{10}}) {
+        std::vector<SegmentData> one{segs[i]};
+        ASSERT_EQ(RunFused(p, &one), "");
+        const SegmentData& a = fused[i];
+        const SegmentData& b = one[0];
+        EXPECT_EQ(a.y.bytes, b.y.bytes) << "segment " << i;
+        EXPECT_EQ(a.final_states.bytes, b.final_states.bytes) << "segment " << i;
+        EXPECT_EQ(a.dx.bytes, b.dx.bytes) << "segment " << i;
+        EXPECT_EQ(a.dweight.bytes, b.dweight.bytes) << "segment " << i;
+        EXPECT_EQ(a.dbias.bytes, b.dbias.bytes) << "segment " << i;
+        EXPECT_EQ(a.dinit.bytes, b.dinit.bytes) << "segment " << i;
+      }
+    }
+  }
+}
+
 // Channel-last fast path on the vector path with several channel blocks
 // (D = 264: the last block partial) and several time chunks per row: a row
 // ending inside a thread's walk, one ending 2 steps past a block of time
