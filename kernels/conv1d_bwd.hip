@@ -723,9 +723,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   }
 }
 
-// A stream segment with walk_rows set (the planner: whole rows, and the
-// B rows of a channel together at most kBwdWalkSteps steps): the team of
-// tile d walks rows d, D+d, .. (B-1)*D+d one after the other, the ring
+// A walked stream segment (ws_partial_offset < 0; the planner: whole rows,
+// and the B rows of a channel together at most kBwdWalkSteps steps): the
+// team of tile d walks rows d, D+d, .. (B-1)*D+d one after the other, the ring
 // running on across the row boundaries, and stores the channel's dweight
 // and dbias itself (no partials, no reduce_dw_kernel). Within a row the
 // steps are those of bwd_cf_stream_team with the chunk being the whole row
@@ -1171,7 +1171,7 @@ __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
 }
 
 // 16-bit long-row vector tiles (the planner's stream and walk ranges;
-// walk_rows > 0 goes to bwd_cf_walk_kernel).
+// ws_partial_offset < 0 goes to bwd_cf_walk_kernel).
 template <class T>
 __device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
   return sizeof(typename T::S) == 2 && seg.vec && seg.rows_per_tile == 1;
@@ -1241,7 +1241,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_STREAM_MIN_
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (!is_stream_tile<T>(seg) || seg.walk_rows > 0) continue;
+    if (!is_stream_tile<T>(seg) || seg.ws_partial_offset < 0) continue;
     if (p.silu) bwd_cf_stream_team<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     else bwd_cf_stream_team<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
   }
@@ -1250,17 +1250,19 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_STREAM_MIN_
 // The walk range: bwd_cf_stream_walk, a channel per tile (its own kernel, so
 // that bwd_cf_stream_kernel keeps its register allocation).
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_STREAM_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, CONV1D_BWD_WALK_MIN_BLOCKS)
     bwd_cf_walk_kernel(KParams p) {
-  __shared__ uint4 stage[kTeamsPerBlock][detail::kBwdStreamPrefetch + 1][2][kTeam];
+  constexpr int kTeams = detail::kBwdWalkTeams;
+  __shared__ uint4 stage[kTeams][detail::kBwdStreamPrefetch + 1][2][kTeam];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
-  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
-    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+  for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeams + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (!is_stream_tile<T>(seg) || seg.walk_rows == 0) continue;
+    // See seg_lines_together.
+    if (!(is_stream_tile<T>(seg) & (seg.ws_partial_offset < 0) & seg_lines_together(seg))) continue;
     if (p.silu) bwd_cf_stream_walk<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     else bwd_cf_stream_walk<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
   }
@@ -1744,13 +1746,15 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
       }
     }
     if (plan.walk_tile_end > plan.walk_tile_begin) {
+      constexpr int kTeams = detail::kBwdWalkTeams;
       k.tile_begin = plan.walk_tile_begin;
       k.total_tiles = plan.walk_tile_end;
-      const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
+      const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+      const unsigned wblock = kTeam * kTeams;
       switch (k.width) {
-        case 2: bwd_cf_walk_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-        case 3: bwd_cf_walk_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-        default: bwd_cf_walk_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+        case 2: bwd_cf_walk_kernel<T, 2><<<grid, wblock, 0, s>>>(k); break;
+        case 3: bwd_cf_walk_kernel<T, 3><<<grid, wblock, 0, s>>>(k); break;
+        default: bwd_cf_walk_kernel<T, 4><<<grid, wblock, 0, s>>>(k); break;
       }
     }
   }

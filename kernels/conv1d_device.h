@@ -64,6 +64,26 @@ inline unsigned GridFor(int64_t blocks) {
   return static_cast<unsigned>(blocks < detail::kMaxGridBlocks ? blocks : detail::kMaxGridBlocks);
 }
 
+// A segment's table entry spans two cache lines: the pointers and seqlen
+// in the first, the planner's fields (vec, rows_per_tile, nchunks,
+// per_lane, ws_partial_offset) in the second. The stream kernels' tile
+// check reads the second line and the team then starts from the first.
+// Reading x (every segment has one) within the check requests the first
+// line beside the check's own loads instead of after the check (the
+// check's `vec` test still comes first). CONV1D_SEG_LINES_TOGETHER=0 turns
+// it off (tuning only).
+#ifndef CONV1D_SEG_LINES_TOGETHER
+#define CONV1D_SEG_LINES_TOGETHER 1
+#endif
+__device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
+#if CONV1D_SEG_LINES_TOGETHER
+  return seg.x != nullptr;
+#else
+  (void)seg;
+  return true;
+#endif
+}
+
 // Index of the segment that owns `tile`: the last one whose tile_begin is
 // <= tile (segments owning no tile share their successor's begin).
 __device__ __forceinline__ int find_segment(const Conv1dSegment* segs, int n, int64_t tile) {

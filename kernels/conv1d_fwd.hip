@@ -394,6 +394,13 @@ __device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
   return sizeof(typename T::S) == 2 && seg.vec && seg.rows_per_tile == 1;
 }
 
+// is_stream_tile for the stream kernel's tile check, which a team runs
+// before anything else: see seg_lines_together.
+template <class T>
+__device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
+  return is_stream_tile<T>(seg) & seg_lines_together(seg);
+}
+
 // Short-row vector tiles (the planner's short range) go to
 // fwd_cf_short_kernel; fwd_cf_kernel skips them too.
 __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
@@ -435,18 +442,19 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KPara
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_STREAM_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, CONV1D_FWD_STREAM_MIN_BLOCKS)
     fwd_cf_stream_kernel(KParams p) {
+  constexpr int kTeams = detail::kFwdStreamTeams;
   // Each team's ring of in-flight steps (fwd_cf_stream_team).
-  __shared__ uint4 stage[kTeamsPerBlock][detail::kFwdStreamPrefetch + 1][kTeam];
+  __shared__ uint4 stage[kTeams][detail::kFwdStreamPrefetch + 1][kTeam];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
-  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
-    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+  for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeams + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (!is_stream_tile<T>(seg)) continue;
+    if (!stream_tile_head<T>(seg)) continue;
     if (p.silu) fwd_cf_stream_team<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     else fwd_cf_stream_team<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
   }
@@ -734,13 +742,15 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
   }
   if constexpr (sizeof(typename T::S) == 2) {
     if (plan.stream_tile_end > plan.stream_tile_begin) {
+      constexpr int kTeams = detail::kFwdStreamTeams;
       k.tile_begin = plan.stream_tile_begin;
       k.total_tiles = plan.stream_tile_end;
-      const unsigned grid = grid_for(k);
+      const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+      const unsigned sblock = kTeam * kTeams;
       switch (k.width) {
-        case 2: fwd_cf_stream_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-        case 3: fwd_cf_stream_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-        default: fwd_cf_stream_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
+        case 2: fwd_cf_stream_kernel<T, 2><<<grid, sblock, 0, s>>>(k); break;
+        case 3: fwd_cf_stream_kernel<T, 3><<<grid, sblock, 0, s>>>(k); break;
+        default: fwd_cf_stream_kernel<T, 4><<<grid, sblock, 0, s>>>(k); break;
       }
     }
   }

@@ -126,7 +126,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     s.per_lane = 1;
     s.nchunks = 1;
     s.rows_per_tile = 1;
-    s.walk_rows = 0;
+    bool walk = false;  // backward: one tile per channel walks its B rows
     if (path == kPathFastChannelFirst) {
       const int64_t ne = 16 / esize;
       const bool vec = L % ne == 0 && Aligned(s.x, 16) &&
@@ -164,18 +164,19 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
           // fwd/bwd_cf_stream_kernel: chunks of at most k*StreamSteps
           // steps, the row's steps spread evenly over them; or, backward,
           // when the B rows of a channel are single chunks and short enough
-          // together, one team per channel walking them (walk_rows).
+          // together, one team per channel walking them (walk; marked by
+          // ws_partial_offset = -1, which no other long-row segment has).
           const int64_t steps = CeilDiv(nvec, kTeam);
           const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
           const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
           s.per_lane = static_cast<int32_t>(per);
           s.nchunks = CeilDiv(steps, per);
           if (bwd && s.nchunks == 1 && B * steps <= kBwdWalkSteps) {
-            s.walk_rows = static_cast<int32_t>(B);
+            walk = true;
             direct = true;
           }
         }
-        tiles += s.walk_rows > 0 ? D : B * D * s.nchunks;
+        tiles += walk ? D : B * D * s.nchunks;
       }
       if (direct) {
         s.ws_partial_offset = -1;
@@ -213,7 +214,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     const int kind = path == kPathUpdate ? (s.vec ? 2 : 0)
                      : !vec_cf ? 0
                      : s.rows_per_tile > 1 ? 1
-                     : s.walk_rows > 0 ? 3
+                     : walk ? 3
                      : esize == 2 ? 2 : 0;
     if (tiles > s.tile_begin) {
       if (lo[kind] < 0) lo[kind] = s.tile_begin;

@@ -82,18 +82,33 @@ static_assert(kBwdStreamPrefetch >= 1 && kBwdStreamPrefetch <= 5, "ring of 2..6 
 #ifndef CONV1D_FWD_STREAM_MIN_BLOCKS
 #define CONV1D_FWD_STREAM_MIN_BLOCKS 4
 #endif
+// CONV1D_FWD_STREAM_TEAMS: teams per block of fwd_cf_stream_kernel
+// (tuning only; give CONV1D_FWD_STREAM_MIN_BLOCKS with it).
+#ifndef CONV1D_FWD_STREAM_TEAMS
+#define CONV1D_FWD_STREAM_TEAMS 8
+#endif
+inline constexpr int kFwdStreamTeams = CONV1D_FWD_STREAM_TEAMS;
 inline constexpr int kFwdStreamSteps = CONV1D_FWD_STREAM_STEPS;
 inline constexpr int kFwdStreamPrefetch = CONV1D_FWD_STREAM_PREFETCH;
 static_assert(kFwdStreamPrefetch >= 1 && kFwdStreamPrefetch <= 11, "ring of 1..6 KiB per team");
 // Backward of 16-bit long rows whose B rows of a channel hold at most
 // kBwdWalkSteps steps in all, each row a single chunk: one team per
-// channel walks the B rows (walk_rows) and stores dweight/dbias itself
+// channel walks the B rows and stores dweight/dbias itself
 // (no partials, no reduce_dw_kernel). 0 turns the walk off.
 // CONV1D_BWD_WALK_STEPS overrides it at build time (tuning only).
 #ifndef CONV1D_BWD_WALK_STEPS
 #define CONV1D_BWD_WALK_STEPS 32
 #endif
 inline constexpr int kBwdWalkSteps = CONV1D_BWD_WALK_STEPS;
+// Teams per block and blocks/SM in the launch bounds of
+// bwd_cf_walk_kernel (tuning only).
+#ifndef CONV1D_BWD_WALK_TEAMS
+#define CONV1D_BWD_WALK_TEAMS 8
+#endif
+#ifndef CONV1D_BWD_WALK_MIN_BLOCKS
+#define CONV1D_BWD_WALK_MIN_BLOCKS CONV1D_BWD_STREAM_MIN_BLOCKS
+#endif
+inline constexpr int kBwdWalkTeams = CONV1D_BWD_WALK_TEAMS;
 // Short-row backward kernel (bwd_cf_short_kernel, rows_per_tile > 1 on the
 // vector path): a team walks the rows of its tile kTeam / lanes_per_row at
 // a time (a step of kTeam vectors), with the loads of the next

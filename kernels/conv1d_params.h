@@ -90,9 +90,6 @@ struct Conv1dSegment {
   int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
-  int32_t walk_rows = 0;          // backward, 16-bit long rows: B = tile d walks
-                                  // the B rows of channel d and stores
-                                  // dweight/dbias itself; 0 = a tile is a chunk
 };
 
 // Result of Conv1dPlan(); pass it unchanged to Conv1dRun().
@@ -106,7 +103,7 @@ struct Conv1dPlanInfo {
   // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
   // short_tile_end); in 16-bit types every tile of a long-row vector
   // segment (own kernels) in [stream_tile_begin, stream_tile_end), except
-  // in the backward those walked a channel per tile (walk_rows > 0, own
+  // in the backward those walked a channel per tile (ws_partial_offset < 0, own
   // kernel) in [walk_tile_begin, walk_tile_end); every other tile in
   // [long_tile_begin, long_tile_end). Update: tiles of vector-path segments
   // (vec) in the stream range, the others in the long range. An empty

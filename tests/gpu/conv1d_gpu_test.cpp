@@ -312,7 +312,7 @@ TEST(Conv1dGpu, ForwardLongRowSteps) {
 }
 
 // 16-bit long rows. Backward: the B rows of a channel walked by one team
-// (walk_rows: 4 x 8 steps; 3 x 9 steps whose last has one vector inside the
+// (walked: 4 x 8 steps; 3 x 9 steps whose last has one vector inside the
 // row; one row of 16 steps) and rows too many for a walk (5 x 8 steps, a
 // chunk per row). Forward: the same shapes.
 TEST(Conv1dGpu, StreamChannelWalk) {
