@@ -390,9 +390,10 @@ TEST(Conv1dGpu, ShortRowTiles) {
 }
 
 // Short-row backward with more rows than the device's teams hold at one
-// tile each (about 129000 rows, D = 2051): each team walks a run of many
-// tiles, its rows in several weight groups, and some runs cross from one
-// request to the next or over a long-row request in between; B = 1 and
+// tile each (about 129000 rows, D = 2051): in 16-bit types each team walks
+// a run of many tiles, its rows in several weight groups, and some runs
+// cross from one request to the next or over a long-row request in
+// between (fp32 keeps one tile per team); B = 1 and
 // B > 1, states in and out, fp32 and bf16 with and without SiLU. Matches
 // the reference, and two requests alone give the same bytes.
 TEST(Conv1dGpu, ShortRowLongRuns) {
