@@ -102,7 +102,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   // depend on the whole launch.
   int64_t short_steps = 1;
   if (path == kPathFastChannelFirst) {
-    const int64_t cap = bwd ? kBwdShortSteps : kFwdShortSteps;
+    const int64_t cap = bwd ? BwdShortSteps(static_cast<int>(esize)) : kFwdShortSteps;
     const int64_t target = bwd ? kBwdShortTiles : kFwdShortTiles;
     const int64_t ne = 16 / esize;
     int64_t total = 0;

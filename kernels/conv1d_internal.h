@@ -110,17 +110,20 @@ inline constexpr int kBwdWalkSteps = CONV1D_BWD_WALK_STEPS;
 #endif
 inline constexpr int kBwdWalkTeams = CONV1D_BWD_WALK_TEAMS;
 // Short-row backward kernel (bwd_cf_short_kernel, rows_per_tile > 1 on the
-// vector path): a team walks the rows of its tile kTeam / lanes_per_row at
-// a time (a step of kTeam vectors), with the loads of the next
-// kBwdShortPrefetch steps in flight in a shared-memory ring
-// (kBwdShortPrefetch + 1 slots of 1 KiB per team, 40 KiB per block at 4).
-// A tile holds at most kBwdShortSteps steps and kTeam rows; the planner
-// gives fewer when the launch's short rows make fewer than
+// vector path): a team walks rows kTeam / lanes_per_row at a time (a step
+// of kTeam vectors), with the loads of the next kBwdShortPrefetch steps in
+// flight in a shared-memory ring (kBwdShortPrefetch + 1 slots of 1 KiB per
+// team, 40 KiB per block at 4). fp32 (BwdShortPersist false): one tile
+// per team (bwd_cf_rows_team); a tile holds at most kBwdShortSteps steps
+// and kTeam rows, fewer when the launch's short rows make fewer than
 // kBwdShortTiles tiles of that size, so that small launches still spread
-// over the device. Blocks per SM in the launch bounds:
-// CONV1D_BWD_SHORT_MIN_BLOCKS for fp32 (3: 80 registers, no spills),
-// CONV1D_BWD_SHORT_MIN_BLOCKS_16 for fp16/bf16 (2: at 3 blocks W = 4
-// spills). CONV1D_BWD_SHORT_* override these at build time (tuning only).
+// over the device. fp16/bf16 (BwdShortPersist true): the launcher gives
+// the kernel no more blocks than the device holds at once (SM count x
+// blocks/SM below) and each team takes an even, contiguous share of the
+// tiles, walked as one run per segment with the ring running from tile to
+// tile (bwd_cf_run_team); tiles are then of one step (at least 2 rows),
+// the unit of that share. CONV1D_BWD_SHORT_PERSIST{32,16} pick this per
+// element size (default 0 / 1). Blocks per SM in the launch bounds:
 #ifndef CONV1D_BWD_SHORT_MIN_BLOCKS
 #define CONV1D_BWD_SHORT_MIN_BLOCKS 3
 #endif
@@ -136,11 +139,22 @@ constexpr int BwdShortMinBlocks(int elem_bytes) {
 #ifndef CONV1D_BWD_SHORT_STEPS
 #define CONV1D_BWD_SHORT_STEPS 16
 #endif
+#ifndef CONV1D_BWD_SHORT_PERSIST32
+#define CONV1D_BWD_SHORT_PERSIST32 0
+#endif
+#ifndef CONV1D_BWD_SHORT_PERSIST16
+#define CONV1D_BWD_SHORT_PERSIST16 1
+#endif
+constexpr bool BwdShortPersist(int elem_bytes) {
+  return (elem_bytes == 4 ? CONV1D_BWD_SHORT_PERSIST32 : CONV1D_BWD_SHORT_PERSIST16) != 0;
+}
 #ifndef CONV1D_BWD_SHORT_TILES
 #define CONV1D_BWD_SHORT_TILES 4096
 #endif
 inline constexpr int kBwdShortPrefetch = CONV1D_BWD_SHORT_PREFETCH;
 inline constexpr int kBwdShortSteps = CONV1D_BWD_SHORT_STEPS;
+// Steps per tile cap for the planner: one step where teams walk runs.
+constexpr int BwdShortSteps(int elem_bytes) { return BwdShortPersist(elem_bytes) ? 1 : kBwdShortSteps; }
 inline constexpr int64_t kBwdShortTiles = CONV1D_BWD_SHORT_TILES;
 static_assert(kBwdShortPrefetch >= 1 && kBwdShortPrefetch <= 5, "ring of 2..6 KiB per team");
 static_assert(kBwdShortSteps >= 1, "at least one step per tile");
