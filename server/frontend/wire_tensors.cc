@@ -67,11 +67,11 @@ struct Moved {
   int64_t bytes = 0;
 };
 
-// Reads one Tensor's fields (up to the current limit) into `shell`, moving
-// its data into a host buffer when large enough; `total` is the whole
-// message's size. False for anything unusual.
-bool SplitTensor(CodedInputStream* in, int64_t total, int64_t min_bytes,
-                 const HostAllocator& allocate, std::string* shell, Moved* moved) {
+// Reads one Tensor's fields (up to the current limit, which the caller keeps
+// within the bytes received) into `shell`, moving its data into a host buffer
+// when large enough. False for anything unusual.
+bool SplitTensor(CodedInputStream* in, int64_t min_bytes, const HostAllocator& allocate,
+                 std::string* shell, Moved* moved) {
   StringOutputStream stream(shell);
   CodedOutputStream out(&stream);
   bool data_seen = false;
@@ -87,10 +87,7 @@ bool SplitTensor(CodedInputStream* in, int64_t total, int64_t min_bytes,
     uint32_t n = 0;
     if (!in->ReadVarint32(&n)) return false;
     // A declared length past the bytes actually received allocates nothing.
-    if (static_cast<int64_t>(n) > in->BytesUntilLimit() ||
-        static_cast<int64_t>(n) > total - in->CurrentPosition()) {
-      return false;
-    }
+    if (static_cast<int64_t>(n) > in->BytesUntilLimit()) return false;
     if (n == 0 || static_cast<int64_t>(n) < min_bytes) {
       std::string data;
       if (!in->ReadString(&data, static_cast<int>(n))) return false;
@@ -135,16 +132,13 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
     seen.push_back(f->number());
     uint32_t length = 0;
     if (!in.ReadVarint32(&length)) return false;
-    if (static_cast<int64_t>(length) > static_cast<int64_t>(bytes.Length()) - in.CurrentPosition()) {
-      return false;  // longer than what was received
-    }
+    // Longer than what was received: this also bounds SplitTensor's limit.
+    const int64_t received_left = static_cast<int64_t>(bytes.Length()) - in.CurrentPosition();
+    if (static_cast<int64_t>(length) > received_left) return false;
     const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(length));
     std::string tensor;
     Moved m;
-    if (!SplitTensor(&in, static_cast<int64_t>(bytes.Length()), min_bytes, allocate,
-                     &tensor, &m)) {
-      return false;
-    }
+    if (!SplitTensor(&in, min_bytes, allocate, &tensor, &m)) return false;
     in.PopLimit(limit);
     out.WriteTag(tag);
     out.WriteVarint32(static_cast<uint32_t>(tensor.size()));
@@ -214,18 +208,15 @@ absl::Status SerializeWithDetachedData(const Message& message,
     const DetachedTensors::Entry* e = t != nullptr ? detached.Find(t) : nullptr;
     if (e != nullptr) parts.push_back(Part{f, t, e});
   }
-  std::string head;
-  if (parts.empty()) {
-    if (!message.SerializeToString(&head)) {
-      return absl::InternalError("response: serialization failed");
-    }
-  } else {
-    std::unique_ptr<Message> rest(message.New());
+  std::unique_ptr<Message> rest;
+  if (!parts.empty()) {
+    rest.reset(message.New());
     rest->CopyFrom(message);
     for (const Part& p : parts) rest->GetReflection()->ClearField(rest.get(), p.field);
-    if (!rest->SerializeToString(&head)) {
-      return absl::InternalError("response: serialization failed");
-    }
+  }
+  std::string head;
+  if (!(rest != nullptr ? *rest : message).SerializeToString(&head)) {
+    return absl::InternalError("response: serialization failed");
   }
   std::vector<grpc::Slice> slices;
   slices.reserve(2 * parts.size() + 1);

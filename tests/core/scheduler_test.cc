@@ -53,10 +53,11 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // Occupies the (single) lane with a batch that waits in the backend, so
-  // the test can queue tasks and then release them all at once.
-  void BlockLane() {
+  // the test can queue tasks and then release them all at once. The blocker
+  // reports to `done`.
+  void BlockLane(Completions* done = nullptr) {
     backend_->Block();
-    Submit(MakeTask(kBlockerTag, KeyWithDim(999, Op::kUpdate), &done_));
+    Submit(MakeTask(kBlockerTag, KeyWithDim(999, Op::kUpdate), done ? done : &done_));
     ASSERT_TRUE(backend_->AwaitEntered(1));
   }
 
@@ -152,6 +153,38 @@ TEST_F(SchedulerTest, MaxBatchRequestsBoundsBatchesInFifoOrder) {
   EXPECT_EQ(sched_->stats().max_batch_requests_seen, 4);
 }
 
+// Records the threads that on_done calls run on. With wait_for > 0, each
+// call then waits until that many threads are in on_done at once.
+class OnDoneThreads {
+ public:
+  explicit OnDoneThreads(size_t wait_for = 0) : wait_for_(wait_for) {}
+
+  // Makes `task`'s on_done record its thread first.
+  void Wrap(Task* task) {
+    task->on_done = [this, record = std::move(task->on_done)](
+                        const absl::Status& st, const TaskTimings& t) mutable {
+      {
+        absl::MutexLock lock(&mu_);
+        threads_.insert(std::this_thread::get_id());
+        auto enough = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return threads_.size() >= wait_for_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+      }
+      record(st, t);
+    };
+  }
+  size_t count() const {
+    absl::MutexLock lock(&mu_);
+    return threads_.size();
+  }
+
+ private:
+  const size_t wait_for_;
+  mutable absl::Mutex mu_;
+  std::set<std::thread::id> threads_ ABSL_GUARDED_BY(mu_);
+};
+
 TEST_F(SchedulerTest, LargeBatchOnDoneCallsAreSharedWithCompletionThreads) {
   SchedulerOptions o;
   o.max_batch_requests = 64;
@@ -162,30 +195,18 @@ TEST_F(SchedulerTest, LargeBatchOnDoneCallsAreSharedWithCompletionThreads) {
   // on_done at once: only the lane plus three completion threads, each
   // holding one chunk, get there (a thread cannot take a second chunk while
   // it waits in its first).
-  absl::Mutex mu;
-  std::set<std::thread::id> threads;
+  OnDoneThreads threads(4);
   constexpr int kTasks = 64;
   for (uint64_t tag = 1; tag <= kTasks; ++tag) {
     auto task = MakeTask(tag, KeyWithDim(8), &done_);
-    auto record = std::move(task->on_done);
-    task->on_done = [&, record = std::move(record)](const absl::Status& st,
-                                                    const TaskTimings& t) mutable {
-      {
-        absl::MutexLock lock(&mu);
-        threads.insert(std::this_thread::get_id());
-        auto four = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return threads.size() >= 4; };
-        mu.AwaitWithTimeout(absl::Condition(&four), absl::Seconds(30));
-      }
-      record(st, t);
-    };
+    threads.Wrap(task.get());
     Submit(std::move(task));
   }
   backend_->Unblock();
   ASSERT_TRUE(done_.AwaitCalls(kTasks + 1));
   sched_->Shutdown();
   // 64 tasks = 4 chunks of 16: the lane's and one per completion thread.
-  absl::MutexLock lock(&mu);
-  EXPECT_EQ(threads.size(), 4u);
+  EXPECT_EQ(threads.count(), 4u);
   for (uint64_t tag = 1; tag <= kTasks; ++tag) {
     EXPECT_EQ(done_.Get(tag).calls, 1) << tag;
     EXPECT_TRUE(done_.Get(tag).status.ok()) << tag;
@@ -201,33 +222,19 @@ TEST_F(SchedulerTest, SmallBatchesAndZeroCompletionThreadsFinishOnTheLane) {
     o.completion_threads = helpers;
     Make(o);
     Completions done;
-    backend_->Block();
-    Submit(MakeTask(kBlockerTag, KeyWithDim(999, Op::kUpdate), &done));
-    ASSERT_TRUE(backend_->AwaitEntered(1));
-    std::set<std::thread::id> threads;
-    absl::Mutex mu;
+    BlockLane(&done);
+    OnDoneThreads threads;
     // Below 2 * kCompletionChunk tasks no chunk is handed off.
     const int tasks = helpers == 0 ? 64 : 2 * kCompletionChunk - 1;
     for (int tag = 1; tag <= tasks; ++tag) {
       auto task = MakeTask(tag, KeyWithDim(8), &done);
-      auto record = std::move(task->on_done);
-      task->on_done = [&, record = std::move(record)](const absl::Status& st,
-                                                      const TaskTimings& t) mutable {
-        {
-          absl::MutexLock lock(&mu);
-          threads.insert(std::this_thread::get_id());
-        }
-        record(st, t);
-      };
+      threads.Wrap(task.get());
       Submit(std::move(task));
     }
     backend_->Unblock();
     ASSERT_TRUE(done.AwaitCalls(tasks + 1));
     sched_->Shutdown();
-    {
-      absl::MutexLock lock(&mu);
-      EXPECT_EQ(threads.size(), 1u);
-    }
+    EXPECT_EQ(threads.count(), 1u);
     sched_.reset();
   }
 }

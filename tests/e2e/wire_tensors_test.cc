@@ -92,6 +92,16 @@ struct RecordingAllocator {
   }
 };
 
+// Field-by-field equality, naming the differences when there are any.
+::testing::AssertionResult SameMessage(const google::protobuf::Message& want,
+                                       const google::protobuf::Message& got) {
+  std::string diff;
+  MessageDifferencer d;
+  d.ReportDifferencesToString(&diff);
+  if (d.Compare(want, got)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << diff;
+}
+
 std::string EntryBytes(const DetachedTensors::Entry& e) {
   return std::string(static_cast<const char*>(e.buffer.get()), static_cast<size_t>(e.bytes));
 }
@@ -189,10 +199,7 @@ TEST(WireTensorsParse, LargeTopLevelTensorsAreDetachedAcrossSliceBoundaries) {
   v1::BackwardRequest restored = parsed;
   restored.mutable_x()->set_data(EntryBytes(*x));
   restored.mutable_dout()->set_data(EntryBytes(*dout));
-  std::string diff;
-  MessageDifferencer d;
-  d.ReportDifferencesToString(&diff);
-  EXPECT_TRUE(d.Compare(original, restored)) << diff;
+  EXPECT_TRUE(SameMessage(original, restored));
 }
 
 TEST(WireTensorsParse, ThresholdIsInclusiveAndNegativeDetachesNothing) {
@@ -215,7 +222,7 @@ TEST(WireTensorsParse, ThresholdIsInclusiveAndNegativeDetachesNothing) {
     } else {
       EXPECT_TRUE(detached.empty());
       EXPECT_TRUE(alloc.requests.empty());
-      EXPECT_TRUE(MessageDifferencer::Equals(original, parsed));
+      EXPECT_TRUE(SameMessage(original, parsed));
     }
   }
 }
@@ -252,7 +259,7 @@ TEST(WireTensorsParse, ZeroThresholdDetachesEveryNonEmptyTopLevelTensor) {
   restored.mutable_dout()->set_data(EntryBytes(*detached.Find(&parsed.dout())));
   restored.mutable_initial_states()->set_data(
       EntryBytes(*detached.Find(&parsed.initial_states())));
-  EXPECT_TRUE(MessageDifferencer::Equals(original, restored));
+  EXPECT_TRUE(SameMessage(original, restored));
 }
 
 TEST(WireTensorsParse, ExplicitEmptyDataAndUnknownFieldsParseLikeProtobuf) {
@@ -270,7 +277,7 @@ TEST(WireTensorsParse, ExplicitEmptyDataAndUnknownFieldsParseLikeProtobuf) {
       ParseWithDetachedData(Chunked(bytes, {4, 9}), &parsed, 0, alloc.Get(), &detached).ok());
   EXPECT_TRUE(detached.empty());
   EXPECT_TRUE(alloc.requests.empty());
-  EXPECT_TRUE(MessageDifferencer::Equals(expected, parsed));
+  EXPECT_TRUE(SameMessage(expected, parsed));
   EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());  // unknowns kept
 }
 
@@ -289,7 +296,7 @@ TEST(WireTensorsParse, TensorFieldSentTwiceFallsBackToTheOrdinaryMerge) {
   const std::string bytes = first.SerializeAsString() + second.SerializeAsString();
   v1::BackwardRequest expected;
   ASSERT_TRUE(expected.ParseFromString(bytes));
-  ASSERT_TRUE(MessageDifferencer::Equals(expected, full));  // independent check
+  ASSERT_TRUE(SameMessage(expected, full));  // independent check
 
   for (int64_t min_bytes : {int64_t{0}, kDefaultMin}) {
     SCOPED_TRACE(min_bytes);
@@ -302,7 +309,7 @@ TEST(WireTensorsParse, TensorFieldSentTwiceFallsBackToTheOrdinaryMerge) {
     EXPECT_EQ(detached.Find(&parsed.x()), nullptr);
     EXPECT_TRUE(detached.empty());
     EXPECT_EQ(parsed.x().data(), full.x().data());
-    EXPECT_TRUE(MessageDifferencer::Equals(expected, parsed));
+    EXPECT_TRUE(SameMessage(expected, parsed));
   }
 }
 
@@ -322,7 +329,7 @@ TEST(WireTensorsParse, LargeTensorSentTwiceKeepsTheLaterData) {
       ParseWithDetachedData(Chunked(bytes), &parsed, 0, alloc.Get(), &detached).ok());
   EXPECT_TRUE(detached.empty());
   EXPECT_EQ(parsed.dout().data(), b.dout().data());
-  EXPECT_TRUE(MessageDifferencer::Equals(expected, parsed));
+  EXPECT_TRUE(SameMessage(expected, parsed));
 }
 
 TEST(WireTensorsParse, DataRepeatedInsideOneTensorFallsBackLastOneWins) {
@@ -350,7 +357,7 @@ TEST(WireTensorsParse, DataRepeatedInsideOneTensorFallsBackLastOneWins) {
     EXPECT_TRUE(detached.empty());
     EXPECT_EQ(parsed.x().data(), second);
     EXPECT_EQ(parsed.dout().data(), rest.dout().data());
-    EXPECT_TRUE(MessageDifferencer::Equals(expected, parsed));
+    EXPECT_TRUE(SameMessage(expected, parsed));
   }
 }
 
@@ -515,7 +522,7 @@ TEST(WireTensorsSerialize, DetachedDataIsSentZeroCopyAndKeptAliveByTheBuffer) {
     EXPECT_EQ(parsed.y().dtype(), v1::BF16);
     EXPECT_THAT(parsed.y().shape(), ElementsAre(2, 64, 300));
     EXPECT_EQ(parsed.final_states().data(), response.final_states().data());
-    EXPECT_TRUE(MessageDifferencer::Equals(expected, parsed));
+    EXPECT_TRUE(SameMessage(expected, parsed));
   }
   EXPECT_FALSE(freed);
   // gRPC copies ByteBuffers by reference: a copy keeps the data alive too.
@@ -551,10 +558,7 @@ TEST(WireTensorsSerialize, SeveralDetachedTensorsAroundInlineOnes) {
   EXPECT_EQ(flat.size(), expected.ByteSizeLong());
   v1::BackwardResponse parsed;
   ASSERT_TRUE(parsed.ParseFromString(flat));
-  std::string diff;
-  MessageDifferencer d;
-  d.ReportDifferencesToString(&diff);
-  EXPECT_TRUE(d.Compare(expected, parsed)) << diff;
+  EXPECT_TRUE(SameMessage(expected, parsed));
 }
 
 TEST(WireTensorsSerialize, NoDetachedEntriesSerializesLikeSerializeToString) {
