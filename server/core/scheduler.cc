@@ -424,15 +424,17 @@ void Scheduler::FinishTasks(std::vector<std::unique_ptr<Task>> tasks,
   const int helpers = options_.completion_threads;
   int own_begin = 0;  // the lane's share: tasks[own_begin, n)
   if (helpers > 0 && n >= 2 * kCompletionChunk) {
+    // Chunk c is tasks [n * c / chunks, n * (c + 1) / chunks): each holds at
+    // least kCompletionChunk tasks; the lane keeps the last.
     const int chunks = std::min(helpers + 1, n / kCompletionChunk);
-    const int per = (n + chunks - 1) / chunks;
-    own_begin = per * (chunks - 1);
+    own_begin = n * (chunks - 1) / chunks;
     absl::MutexLock lock(&completion_mu_);
-    for (int begin = 0; begin < own_begin; begin += per) {
+    for (int c = 0; c + 1 < chunks; ++c) {
       CompletionJob job;
       job.status = status;
-      job.tasks.reserve(per);
-      for (int i = begin; i < begin + per; ++i) job.tasks.push_back(std::move(tasks[i]));
+      const int begin = n * c / chunks, end = n * (c + 1) / chunks;
+      job.tasks.reserve(end - begin);
+      for (int i = begin; i < end; ++i) job.tasks.push_back(std::move(tasks[i]));
       completion_queue_.push_back(std::move(job));
     }
   }

@@ -239,6 +239,31 @@ TEST_F(SchedulerTest, SmallBatchesAndZeroCompletionThreadsFinishOnTheLane) {
   }
 }
 
+// Batch sizes that do not divide evenly into chunks, with many completion
+// threads: every on_done is still called exactly once.
+TEST_F(SchedulerTest, UnevenBatchesAreSharedOutWithoutLosingOrRepeatingTasks) {
+  for (int tasks : {16, 17, 41, 89, 127}) {
+    SCOPED_TRACE(tasks);
+    SchedulerOptions o;
+    o.max_batch_requests = 128;
+    o.completion_threads = 10;
+    Make(o);
+    Completions done;
+    BlockLane(&done);
+    for (int tag = 1; tag <= tasks; ++tag) Submit(MakeTask(tag, KeyWithDim(8), &done));
+    backend_->Unblock();
+    ASSERT_TRUE(done.AwaitCalls(tasks + 1));
+    sched_->Shutdown();
+    for (int tag = 1; tag <= tasks; ++tag) {
+      EXPECT_EQ(done.Get(tag).calls, 1) << tag;
+      EXPECT_TRUE(done.Get(tag).status.ok()) << tag;
+      EXPECT_EQ(done.Get(tag).timings.batch_requests, tasks) << tag;
+    }
+    EXPECT_EQ(done.total_calls(), tasks + 1);
+    sched_.reset();
+  }
+}
+
 TEST_F(SchedulerTest, CompletionThreadsOutsideTheirRangeAreRejected) {
   backend_ = std::make_unique<RecordingBackend>(1);
   for (int n : {-1, 65}) {
