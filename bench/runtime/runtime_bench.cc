@@ -138,9 +138,35 @@ bool Close(DType t, const std::vector<uint8_t>& got, const std::vector<uint8_t>&
   return std::sqrt(num / std::max(den, 1e-30)) <= (t == DType::kF32 ? 1e-5 : 1.5e-2);
 }
 
+// Where a request's closed-loop cycle goes, summed over measured requests:
+// submit (Submit called -> enqueued), queue (-> a lane takes its batch),
+// lane (-> the backend returns), complete (-> its on_done runs), wake
+// (-> the submitter thread runs again), next (-> its next Submit).
+struct Cycle {
+  double submit = 0, queue = 0, lane = 0, complete = 0, wake = 0, next = 0;
+  int64_t n = 0;
+  void Add(const Cycle& o) {
+    submit += o.submit;
+    queue += o.queue;
+    lane += o.lane;
+    complete += o.complete;
+    wake += o.wake;
+    next += o.next;
+    n += o.n;
+  }
+  std::string Summary() const {
+    if (n == 0) return "no requests";
+    const double k = 1e6 / static_cast<double>(n);
+    return absl::StrFormat(
+        "us/request: submit %.1f, queue %.1f, lane %.1f, complete %.1f, wake %.1f, next %.1f",
+        submit * k, queue * k, lane * k, complete * k, wake * k, next * k);
+  }
+};
+
 struct Result {
   double rps = 0, gbps = 0, p50_us = 0, p99_us = 0;
   int64_t wrong = 0, errors = 0;
+  Cycle cycle;
 };
 
 // Collects every batch's stage times while a mode is measured: per-stage
@@ -221,6 +247,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
   std::atomic<int64_t> wrong{0}, errors{0};
   std::vector<std::vector<double>> lat(submitters);
   std::vector<int64_t> done(submitters, 0);
+  std::vector<Cycle> cycles(submitters);
   std::vector<std::thread> threads;
   for (int s = 0; s < submitters; ++s) {
     threads.emplace_back([&, s] {
@@ -259,6 +286,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         seg.bias.cache_id = seg.weight.cache_id + 1;
       }
       bool checked = false;
+      absl::Time last_wake = absl::InfinitePast();
       while (phase.load() < 2) {
         if (!checked) {
           std::fill(mine.y.begin(), mine.y.end(), 0xff);
@@ -271,8 +299,12 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         task->segment = seg;
         absl::Notification finished;
         absl::Status outcome;
-        task->on_done = [&](const absl::Status& st, const TaskTimings&) {
+        TaskTimings timings;
+        absl::Time done_at;
+        task->on_done = [&](const absl::Status& st, const TaskTimings& t) {
           outcome = st;
+          timings = t;
+          done_at = absl::Now();
           finished.Notify();
         };
         const absl::Time t0 = absl::Now();
@@ -282,7 +314,19 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
           continue;
         }
         finished.WaitForNotification();
-        const double us = absl::ToDoubleMicroseconds(absl::Now() - t0);
+        const absl::Time woke = absl::Now();
+        const double us = absl::ToDoubleMicroseconds(woke - t0);
+        if (phase.load() == 1 && last_wake != absl::InfinitePast()) {
+          Cycle& c = cycles[s];
+          c.next += absl::ToDoubleSeconds(t0 - last_wake);
+          c.submit += absl::ToDoubleSeconds(timings.enqueued - t0);
+          c.queue += absl::ToDoubleSeconds(timings.batch_start - timings.enqueued);
+          c.lane += absl::ToDoubleSeconds(timings.batch_end - timings.batch_start);
+          c.complete += absl::ToDoubleSeconds(done_at - timings.batch_end);
+          c.wake += absl::ToDoubleSeconds(woke - done_at);
+          ++c.n;
+        }
+        last_wake = woke;
         if (!outcome.ok()) errors.fetch_add(1);
         if (!checked) {
           checked = true;
@@ -329,6 +373,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
   }
   r.wrong = wrong.load();
   r.errors = errors.load();
+  for (const Cycle& c : cycles) r.cycle.Add(c);
   return r;
 }
 
@@ -490,6 +535,7 @@ int Main() {
                   static_cast<long long>(r.wrong));
       stage_lines.push_back(absl::StrCat(mode, " ", w.name, " ", memory, ": ",
                                          StageSummary(timeline, absl::GetFlag(FLAGS_duration_s))));
+      stage_lines.push_back(absl::StrCat("    ", r.cycle.Summary()));
       if (timeline_csv.is_open()) {
         const size_t keep = std::min<size_t>(timeline.size(),
                                              absl::GetFlag(FLAGS_timeline_batches));
