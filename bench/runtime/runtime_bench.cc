@@ -143,23 +143,23 @@ bool Close(DType t, const std::vector<uint8_t>& got, const std::vector<uint8_t>&
 // lane (-> the backend returns), complete (-> its on_done runs), wake
 // (-> the submitter thread runs again), next (-> its next Submit).
 struct Cycle {
-  double submit = 0, queue = 0, lane = 0, complete = 0, wake = 0, next = 0;
+  enum Part { kSubmit, kQueue, kLane, kComplete, kWake, kNext, kParts };
+  double seconds[kParts] = {};
   int64_t n = 0;
   void Add(const Cycle& o) {
-    submit += o.submit;
-    queue += o.queue;
-    lane += o.lane;
-    complete += o.complete;
-    wake += o.wake;
-    next += o.next;
+    for (int p = 0; p < kParts; ++p) seconds[p] += o.seconds[p];
     n += o.n;
   }
   std::string Summary() const {
     if (n == 0) return "no requests";
-    const double k = 1e6 / static_cast<double>(n);
-    return absl::StrFormat(
-        "us/request: submit %.1f, queue %.1f, lane %.1f, complete %.1f, wake %.1f, next %.1f",
-        submit * k, queue * k, lane * k, complete * k, wake * k, next * k);
+    static constexpr const char* kNames[kParts] = {"submit", "queue", "lane",
+                                                   "complete", "wake", "next"};
+    std::string out = "us/request:";
+    for (int p = 0; p < kParts; ++p) {
+      absl::StrAppendFormat(&out, "%s %s %.1f", p == 0 ? "" : ",", kNames[p],
+                            1e6 * seconds[p] / static_cast<double>(n));
+    }
+    return out;
   }
 };
 
@@ -317,13 +317,17 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         const absl::Time woke = absl::Now();
         const double us = absl::ToDoubleMicroseconds(woke - t0);
         if (phase.load() == 1 && last_wake != absl::InfinitePast()) {
+          // Consecutive instants of the cycle, from the previous answer on.
+          const absl::Time at[Cycle::kParts + 1] = {last_wake, t0, timings.enqueued,
+                                                    timings.batch_start, timings.batch_end,
+                                                    done_at, woke};
+          static constexpr Cycle::Part kOrder[Cycle::kParts] = {
+              Cycle::kNext, Cycle::kSubmit, Cycle::kQueue, Cycle::kLane, Cycle::kComplete,
+              Cycle::kWake};
           Cycle& c = cycles[s];
-          c.next += absl::ToDoubleSeconds(t0 - last_wake);
-          c.submit += absl::ToDoubleSeconds(timings.enqueued - t0);
-          c.queue += absl::ToDoubleSeconds(timings.batch_start - timings.enqueued);
-          c.lane += absl::ToDoubleSeconds(timings.batch_end - timings.batch_start);
-          c.complete += absl::ToDoubleSeconds(done_at - timings.batch_end);
-          c.wake += absl::ToDoubleSeconds(woke - done_at);
+          for (int k = 0; k < Cycle::kParts; ++k) {
+            c.seconds[kOrder[k]] += absl::ToDoubleSeconds(at[k + 1] - at[k]);
+          }
           ++c.n;
         }
         last_wake = woke;
