@@ -158,6 +158,21 @@ absl::Status CheckState(const v1::Tensor& t, absl::string_view field,
   return absl::OkStatus();
 }
 
+// An optional [B, D, W-1] state input (initial_states, dfinal_states): when
+// present it is checked into *view and *flag says whether the kernel uses it
+// (not for W = 1, whose states are empty).
+absl::Status OptionalStateIn(bool present, const v1::Tensor& t, absl::string_view field,
+                             const Activations& x, int64_t k,
+                             const DetachedTensors* detached, TensorView* view,
+                             bool* flag) {
+  if (!present) return absl::OkStatus();
+  absl::Status s = CheckState(t, field, x, k, 0, detached, view);
+  if (!s.ok()) return s;
+  if (k == 0) *view = TensorView();
+  *flag = k > 0;
+  return absl::OkStatus();
+}
+
 // Resolves the request's weights (inline or registered) against x's D.
 template <typename Request>
 absl::Status ResolveWeights(const Request& request, const Activations& x,
@@ -246,6 +261,20 @@ OutputView MakeOutput(DType dtype, Shape shape) {
 
 int64_t InputBytes(const TensorView& v) { return v.present() ? v.bytes : 0; }
 
+// An optional [B, D, W-1] state output (final_states, dinitial_states),
+// when requested: *flag set and *out sized, or, for W = 1, an empty tensor
+// in the response.
+void OptionalStateOut(bool requested, const Activations& x, int64_t k, DType dtype,
+                      OutputView* out, bool* flag, ValidatedCall* call) {
+  if (!requested) return;
+  if (k > 0) {
+    *out = MakeOutput(dtype, Shape{x.batch, x.dim, k});
+    *flag = true;
+  } else {
+    call->empty_states_out = true;
+  }
+}
+
 // Common head of the three compute ops: layout, activation, x, weights.
 template <typename Request>
 absl::Status ValidateCommon(const Request& request, Op op,
@@ -331,30 +360,20 @@ v1::DType ToWireDType(DType dtype) {
 absl::Status ValidateForward(const v1::ForwardRequest& request,
                              const WeightRegistry& registry,
                              const ValidationLimits& limits, ValidatedCall* call,
-                              const DetachedTensors* detached) {
+                             const DetachedTensors* detached) {
   Activations x;
   absl::Status s = ValidateCommon(request, Op::kForward, registry, limits, detached, &x, call);
   if (!s.ok()) return s;
   BatchKey& key = call->key;
   ConvSegment& seg = call->segment;
   const int64_t k = key.width - 1;
-  if (request.has_initial_states()) {
-    s = CheckState(request.initial_states(), "initial_states", x, k, 0,
-                   detached,
-                   &seg.initial_states);
-    if (!s.ok()) return s;
-    if (k == 0) seg.initial_states = TensorView();
-    key.has_initial_states = k > 0;
-  }
+  s = OptionalStateIn(request.has_initial_states(), request.initial_states(),
+                      "initial_states", x, k, detached, &seg.initial_states,
+                      &key.has_initial_states);
+  if (!s.ok()) return s;
   seg.y = MakeOutput(key.x_dtype, seg.x.shape);
-  if (request.return_final_states()) {
-    if (k > 0) {
-      seg.final_states = MakeOutput(key.x_dtype, Shape{x.batch, x.dim, k});
-      key.return_final_states = true;
-    } else {
-      call->empty_states_out = true;
-    }
-  }
+  OptionalStateOut(request.return_final_states(), x, k, key.x_dtype, &seg.final_states,
+                   &key.return_final_states, call);
   Accumulate(call);
   return absl::OkStatus();
 }
@@ -383,34 +402,19 @@ absl::Status ValidateBackward(const v1::BackwardRequest& request,
   }
   seg.dout = dout.view;
   const int64_t k = key.width - 1;
-  if (request.has_initial_states()) {
-    s = CheckState(request.initial_states(), "initial_states", x, k, 0,
-                   detached,
-                   &seg.initial_states);
-    if (!s.ok()) return s;
-    if (k == 0) seg.initial_states = TensorView();
-    key.has_initial_states = k > 0;
-  }
-  if (request.has_dfinal_states()) {
-    s = CheckState(request.dfinal_states(), "dfinal_states", x, k, 0,
-                   detached,
-                   &seg.dfinal_states);
-    if (!s.ok()) return s;
-    if (k == 0) seg.dfinal_states = TensorView();
-    key.has_dfinal_states = k > 0;
-  }
+  s = OptionalStateIn(request.has_initial_states(), request.initial_states(),
+                      "initial_states", x, k, detached, &seg.initial_states,
+                      &key.has_initial_states);
+  if (!s.ok()) return s;
+  s = OptionalStateIn(request.has_dfinal_states(), request.dfinal_states(), "dfinal_states",
+                      x, k, detached, &seg.dfinal_states, &key.has_dfinal_states);
+  if (!s.ok()) return s;
   key.grad_weight_dtype = request.grad_weight_fp32() ? DType::kF32 : key.weight_dtype;
   seg.dx = MakeOutput(key.x_dtype, seg.x.shape);
   seg.dweight = MakeOutput(key.grad_weight_dtype, Shape{x.dim, key.width});
   if (key.has_bias) seg.dbias = MakeOutput(key.grad_weight_dtype, Shape{x.dim});
-  if (request.return_dinitial_states()) {
-    if (k > 0) {
-      seg.dinitial_states = MakeOutput(key.x_dtype, Shape{x.batch, x.dim, k});
-      key.return_dinitial_states = true;
-    } else {
-      call->empty_states_out = true;
-    }
-  }
+  OptionalStateOut(request.return_dinitial_states(), x, k, key.x_dtype,
+                   &seg.dinitial_states, &key.return_dinitial_states, call);
   Accumulate(call);
   return absl::OkStatus();
 }
@@ -418,7 +422,7 @@ absl::Status ValidateBackward(const v1::BackwardRequest& request,
 absl::Status ValidateUpdate(const v1::UpdateRequest& request,
                             const WeightRegistry& registry,
                             const ValidationLimits& limits, ValidatedCall* call,
-                              const DetachedTensors* detached) {
+                            const DetachedTensors* detached) {
   Activations x;
   absl::Status s = ValidateCommon(request, Op::kUpdate, registry, limits, detached, &x, call);
   if (!s.ok()) return s;
