@@ -1,6 +1,7 @@
 #include "client/verify.h"
 
 #include <cmath>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -140,36 +141,56 @@ absl::StatusOr<ReferenceProblem> ProblemFromRequest(const v1::UpdateRequest& r,
   return p;
 }
 
-absl::Status VerifyResponse(const v1::ForwardRequest& req, const v1::ForwardResponse& resp,
-                            const WeightSet* registered) {
+namespace {
+
+// The float64 reference outputs of a request.
+template <typename Request>
+absl::StatusOr<ReferenceOutputs> ReferenceOf(const Request& req, const WeightSet* registered) {
   absl::StatusOr<ReferenceProblem> p = ProblemFromRequest(req, registered);
   if (!p.ok()) return p.status();
-  absl::StatusOr<ReferenceOutputs> ref = ComputeReference(*p);
+  return ComputeReference(*p);
+}
+
+struct Expected {
+  absl::string_view name;
+  const v1::Tensor& got;
+  const HostTensor& want;
+};
+
+// Checks each output in turn; the first mismatch names its field.
+absl::Status CheckAll(std::initializer_list<Expected> outputs) {
+  for (const Expected& e : outputs) {
+    if (absl::Status s = Check(e.name, e.got, e.want); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VerifyResponse(const v1::ForwardRequest& req, const v1::ForwardResponse& resp,
+                            const WeightSet* registered) {
+  absl::StatusOr<ReferenceOutputs> ref = ReferenceOf(req, registered);
   if (!ref.ok()) return ref.status();
-  if (absl::Status s = Check("y", resp.y(), ref->y); !s.ok()) return s;
-  return Check("final_states", resp.final_states(), ref->final_states);
+  return CheckAll({{"y", resp.y(), ref->y},
+                   {"final_states", resp.final_states(), ref->final_states}});
 }
 
 absl::Status VerifyResponse(const v1::BackwardRequest& req, const v1::BackwardResponse& resp,
                             const WeightSet* registered) {
-  absl::StatusOr<ReferenceProblem> p = ProblemFromRequest(req, registered);
-  if (!p.ok()) return p.status();
-  absl::StatusOr<ReferenceOutputs> ref = ComputeReference(*p);
+  absl::StatusOr<ReferenceOutputs> ref = ReferenceOf(req, registered);
   if (!ref.ok()) return ref.status();
-  if (absl::Status s = Check("dx", resp.dx(), ref->dx); !s.ok()) return s;
-  if (absl::Status s = Check("dweight", resp.dweight(), ref->dweight); !s.ok()) return s;
-  if (absl::Status s = Check("dbias", resp.dbias(), ref->dbias); !s.ok()) return s;
-  return Check("dinitial_states", resp.dinitial_states(), ref->dinitial_states);
+  return CheckAll({{"dx", resp.dx(), ref->dx},
+                   {"dweight", resp.dweight(), ref->dweight},
+                   {"dbias", resp.dbias(), ref->dbias},
+                   {"dinitial_states", resp.dinitial_states(), ref->dinitial_states}});
 }
 
 absl::Status VerifyResponse(const v1::UpdateRequest& req, const v1::UpdateResponse& resp,
                             const WeightSet* registered) {
-  absl::StatusOr<ReferenceProblem> p = ProblemFromRequest(req, registered);
-  if (!p.ok()) return p.status();
-  absl::StatusOr<ReferenceOutputs> ref = ComputeReference(*p);
+  absl::StatusOr<ReferenceOutputs> ref = ReferenceOf(req, registered);
   if (!ref.ok()) return ref.status();
-  if (absl::Status s = Check("y", resp.y(), ref->y); !s.ok()) return s;
-  return Check("conv_state", resp.conv_state(), ref->conv_state_out);
+  return CheckAll({{"y", resp.y(), ref->y},
+                   {"conv_state", resp.conv_state(), ref->conv_state_out}});
 }
 
 }  // namespace conv1d
