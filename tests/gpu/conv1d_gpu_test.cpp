@@ -8,8 +8,10 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "server/core/dtype.h"
@@ -98,6 +100,67 @@ std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& seg
   return s;
 }
 
+// Segments of the given {B, L} with fresh random inputs.
+template <class Shapes>
+std::vector<SegmentData> MakeSegments(const Conv1dProblem& p, const Shapes& shapes,
+                                      std::mt19937_64& rng) {
+  std::vector<SegmentData> segs;
+  for (const auto& sh : shapes) {
+    segs.emplace_back();
+    segs.back().batch = sh[0];
+    segs.back().seqlen = sh[1];
+    MakeInputs(p, &segs.back(), rng);
+  }
+  return segs;
+}
+
+// Runs `segs` in one fused launch and checks it against the reference, then
+// each segment listed in `alone` in a launch of its own: every output must
+// be the same bytes as in the fused launch.
+void ExpectFusedMatchesAlone(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
+                             const std::vector<size_t>& alone) {
+  const std::vector<SegmentData> none;
+  const std::vector<SegmentData>& described = segs.size() <= 16 ? segs : none;
+  std::vector<SegmentData> fused = segs;
+  ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, described);
+  ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, described);
+  for (size_t i : alone) {
+    std::vector<SegmentData> one{segs[i]};
+    ASSERT_EQ(RunFused(p, &one), "") << "segment " << i;
+    const SegmentData& a = fused[i];
+    const SegmentData& b = one[0];
+    for (const auto& [name, x, y] :
+         {std::tuple{"y", &a.y, &b.y}, std::tuple{"final_states", &a.final_states, &b.final_states},
+          std::tuple{"dx", &a.dx, &b.dx}, std::tuple{"dweight", &a.dweight, &b.dweight},
+          std::tuple{"dbias", &a.dbias, &b.dbias}, std::tuple{"dinit", &a.dinit, &b.dinit}}) {
+      EXPECT_EQ(x->bytes, y->bytes) << name << " of segment " << i;
+    }
+  }
+}
+
+// A dtype pair, width and feature bits (MakeProblem) and, for tests that
+// need one, a sequence length.
+struct FeatureCase {
+  Pair pr;
+  int W;
+  uint32_t bits;
+  int64_t L = 0;
+};
+
+// One segment of `batch` rows of `seqlen` with fresh random inputs, run in
+// a fused launch and checked: "" when every output is right, else what
+// failed and the problem.
+std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
+                          std::mt19937_64& rng) {
+  std::vector<SegmentData> segs(1);
+  segs[0].batch = batch;
+  segs[0].seqlen = seqlen;
+  MakeInputs(p, &segs[0], rng);
+  std::string err = RunFused(p, &segs);
+  if (err.empty()) err = CheckAll(p, segs);
+  return err.empty() ? err : err + " " + Describe(p, segs);
+}
+
 Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, int W, uint32_t bits) {
   Conv1dProblem p;
   p.op = op;
@@ -130,13 +193,7 @@ void SweepOp(KernelOp op) {
           // Cycle the optional features so every one is on and off often.
           const uint32_t bits = (n * 0x9e37u) >> 3 ^ n;
           const Conv1dProblem p = MakeProblem(op, pr, layout, D, W, bits);
-          std::vector<SegmentData> segs(1);
-          segs[0].batch = 2;
-          segs[0].seqlen = L;
-          MakeInputs(p, &segs[0], rng);
-          const std::string err = RunFused(p, &segs);
-          ASSERT_EQ(err, "") << Describe(p, segs);
-          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+          EXPECT_EQ(RunOneSegment(p, 2, L, rng), "");
         }
       }
     }
@@ -161,11 +218,7 @@ TEST(Conv1dGpu, LongRows) {
       for (Pair pr : {kPairs[0], kPairs[2]}) {
         for (int W : {4, 33}) {
           const Conv1dProblem p = MakeProblem(op, pr, layout, 3, W, 0x1f);
-          std::vector<SegmentData> segs(1);
-          segs[0].seqlen = 1000003;
-          MakeInputs(p, &segs[0], rng);
-          ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
-          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+          EXPECT_EQ(RunOneSegment(p, 1, 1000003, rng), "");
         }
       }
     }
@@ -242,12 +295,7 @@ TEST(Conv1dGpu, BackwardVectorChunks) {
         for (int64_t L : {int64_t{1024}, int64_t{4096}, int64_t{4096 + 40}}) {
           const Conv1dProblem p =
               MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 3, W, bits);
-          std::vector<SegmentData> segs(1);
-          segs[0].batch = 2;
-          segs[0].seqlen = L;
-          MakeInputs(p, &segs[0], rng);
-          ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
-          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+          EXPECT_EQ(RunOneSegment(p, 2, L, rng), "");
         }
       }
     }
@@ -261,24 +309,13 @@ TEST(Conv1dGpu, BackwardVectorChunks) {
 TEST(Conv1dGpu, BackwardLongRowSteps) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
-  struct Case {
-    Pair pr;
-    int W;
-    uint32_t bits;
-    int64_t L;
-  };
-  const Case cases[] = {{kPairs[2], 4, 0x1f, 4096},
+  const FeatureCase cases[] = {{kPairs[2], 4, 0x1f, 4096},
                         {kPairs[1], 3, 0x39, 4360},
                         {kPairs[4], 2, 0x0, 4360}};
-  for (const Case& c : cases) {
+  for (const FeatureCase& c : cases) {
     const Conv1dProblem p =
         MakeProblem(KernelOp::kBackward, c.pr, KernelLayout::kChannelFirst, 8192, c.W, c.bits);
-    std::vector<SegmentData> segs(1);
-    segs[0].batch = 2;
-    segs[0].seqlen = c.L;
-    MakeInputs(p, &segs[0], rng);
-    ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
-    EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+    EXPECT_EQ(RunOneSegment(p, 2, c.L, rng), "");
   }
 }
 
@@ -290,25 +327,14 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
 TEST(Conv1dGpu, ForwardLongRowSteps) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
-  struct Case {
-    Pair pr;
-    int W;
-    uint32_t bits;
-    int64_t L;
-  };
-  const Case cases[] = {{kPairs[2], 4, 0x1f, 4096},
+  const FeatureCase cases[] = {{kPairs[2], 4, 0x1f, 4096},
                         {kPairs[1], 3, 0x0f, 4360},
                         {kPairs[4], 2, 0x0, 4360},
                         {kPairs[2], 4, 0x0e, 264}};
-  for (const Case& c : cases) {
+  for (const FeatureCase& c : cases) {
     const Conv1dProblem p =
         MakeProblem(KernelOp::kForward, c.pr, KernelLayout::kChannelFirst, 8192, c.W, c.bits);
-    std::vector<SegmentData> segs(1);
-    segs[0].batch = 2;
-    segs[0].seqlen = c.L;
-    MakeInputs(p, &segs[0], rng);
-    ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
-    EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+    EXPECT_EQ(RunOneSegment(p, 2, c.L, rng), "");
   }
 }
 
@@ -331,12 +357,7 @@ TEST(Conv1dGpu, StreamChannelWalk) {
           ++n;
           const uint32_t bits = (n % 3 == 0) ? 0x3fu : (n % 3 == 1) ? 0x1u : 0x1au;
           const Conv1dProblem p = MakeProblem(op, pr, KernelLayout::kChannelFirst, 25, W, bits);
-          std::vector<SegmentData> segs(1);
-          segs[0].batch = sh.B;
-          segs[0].seqlen = sh.L;
-          MakeInputs(p, &segs[0], rng);
-          ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
-          EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+          EXPECT_EQ(RunOneSegment(p, sh.B, sh.L, rng), "");
         }
       }
     }
@@ -352,39 +373,14 @@ TEST(Conv1dGpu, StreamChannelWalk) {
 TEST(Conv1dGpu, ShortRowTiles) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
-  struct Case {
-    Pair pr;
-    int W;
-    uint32_t bits;
-  };
-  const Case cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 3, 0x39}, {kPairs[1], 2, 0x0}, {kPairs[4], 4, 0x0f}};
+  const FeatureCase cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 3, 0x39}, {kPairs[1], 2, 0x0}, {kPairs[4], 4, 0x0f}};
   const int64_t shapes[][2] = {{1, 128}, {1, 128}, {1, 8},  {1, 128}, {1, 24},  {1, 128},
                                {2, 64},  {1, 128}, {1, 48}, {1, 128}, {3, 128}, {1, 128},
                                {1, 256}, {1, 128}, {1, 16}, {1, 128}};
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
-    for (const Case& c : cases) {
+    for (const FeatureCase& c : cases) {
       const Conv1dProblem p = MakeProblem(op, c.pr, KernelLayout::kChannelFirst, 4099, c.W, c.bits);
-      std::vector<SegmentData> segs(std::size(shapes));
-      for (size_t i = 0; i < segs.size(); ++i) {
-        segs[i].batch = shapes[i][0];
-        segs[i].seqlen = shapes[i][1];
-        MakeInputs(p, &segs[i], rng);
-      }
-      std::vector<SegmentData> fused = segs;
-      ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, fused);
-      ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, fused);
-      for (size_t i : {size_t{0}, size_t{2}, size_t{10}}) {
-        std::vector<SegmentData> one{segs[i]};
-        ASSERT_EQ(RunFused(p, &one), "");
-        const SegmentData& a = fused[i];
-        const SegmentData& b = one[0];
-        EXPECT_EQ(a.y.bytes, b.y.bytes) << "segment " << i;
-        EXPECT_EQ(a.final_states.bytes, b.final_states.bytes) << "segment " << i;
-        EXPECT_EQ(a.dx.bytes, b.dx.bytes) << "segment " << i;
-        EXPECT_EQ(a.dweight.bytes, b.dweight.bytes) << "segment " << i;
-        EXPECT_EQ(a.dbias.bytes, b.dbias.bytes) << "segment " << i;
-        EXPECT_EQ(a.dinit.bytes, b.dinit.bytes) << "segment " << i;
-      }
+      ExpectFusedMatchesAlone(p, MakeSegments(p, shapes, rng), {0, 2, 10});
     }
   }
 }
@@ -399,36 +395,13 @@ TEST(Conv1dGpu, ShortRowTiles) {
 TEST(Conv1dGpu, ShortRowLongRuns) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
-  struct Case {
-    Pair pr;
-    int W;
-    uint32_t bits;
-  };
-  const Case cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 4, 0x1b}, {kPairs[2], 3, 0x1e}, {kPairs[4], 4, 0x03}};
+  const FeatureCase cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 4, 0x1b}, {kPairs[2], 3, 0x1e}, {kPairs[4], 4, 0x03}};
   std::vector<std::array<int64_t, 2>> shapes;
   for (int i = 0; i < 48; ++i) shapes.push_back({i % 3 == 1 ? 2 : 1, i % 5 == 3 ? 64 : 128});
   shapes[17] = {1, 256};
-  for (const Case& c : cases) {
+  for (const FeatureCase& c : cases) {
     const Conv1dProblem p = MakeProblem(KernelOp::kBackward, c.pr, KernelLayout::kChannelFirst, 2051, c.W, c.bits);
-    std::vector<SegmentData> segs(shapes.size());
-    for (size_t i = 0; i < segs.size(); ++i) {
-      segs[i].batch = shapes[i][0];
-      segs[i].seqlen = shapes[i][1];
-      MakeInputs(p, &segs[i], rng);
-    }
-    std::vector<SegmentData> fused = segs;
-    ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, fused);
-    ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, fused);
-    for (size_t i : {size_t{1}, size_t{20}}) {
-      std::vector<SegmentData> one{segs[i]};
-      ASSERT_EQ(RunFused(p, &one), "");
-      const SegmentData& a = fused[i];
-      const SegmentData& b = one[0];
-      EXPECT_EQ(a.dx.bytes, b.dx.bytes) << "segment " << i;
-      EXPECT_EQ(a.dweight.bytes, b.dweight.bytes) << "segment " << i;
-      EXPECT_EQ(a.dbias.bytes, b.dbias.bytes) << "segment " << i;
-      EXPECT_EQ(a.dinit.bytes, b.dinit.bytes) << "segment " << i;
-    }
+    ExpectFusedMatchesAlone(p, MakeSegments(p, shapes, rng), {1, 20});
   }
 }
 
@@ -439,24 +412,13 @@ TEST(Conv1dGpu, ShortRowLongRuns) {
 TEST(Conv1dGpu, ChannelLastChunks) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
-  struct Case {
-    Pair pr;
-    int W;
-    uint32_t bits;
-    int64_t L;
-  };
-  const Case cases[] = {{kPairs[0], 4, 0x1f, 1000}, {kPairs[2], 4, 0x1f, 2050},
+  const FeatureCase cases[] = {{kPairs[0], 4, 0x1f, 1000}, {kPairs[2], 4, 0x1f, 2050},
                         {kPairs[1], 3, 0x0f, 2050}, {kPairs[4], 2, 0x1d, 1000},
                         {kPairs[0], 2, 0x00, 2050}, {kPairs[2], 3, 0x02, 300}};
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
-    for (const Case& c : cases) {
+    for (const FeatureCase& c : cases) {
       const Conv1dProblem p = MakeProblem(op, c.pr, KernelLayout::kChannelLast, 264, c.W, c.bits);
-      std::vector<SegmentData> segs(1);
-      segs[0].batch = 2;
-      segs[0].seqlen = c.L;
-      MakeInputs(p, &segs[0], rng);
-      ASSERT_EQ(RunFused(p, &segs), "") << Describe(p, segs);
-      EXPECT_EQ(CheckAll(p, segs), "") << Describe(p, segs);
+      EXPECT_EQ(RunOneSegment(p, 2, c.L, rng), "");
     }
   }
 }
@@ -478,21 +440,9 @@ TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
             s.seqlen = ldist(rng) * (rng() % 10 == 0 ? 7 : 1);
             MakeInputs(p, &s, rng);
           }
-          std::vector<SegmentData> fused = segs;
-          ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, {});
-          ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, {});
-          for (size_t i = 0; i < segs.size(); ++i) {
-            std::vector<SegmentData> one{segs[i]};
-            ASSERT_EQ(RunFused(p, &one), "");
-            const SegmentData& a = fused[i];
-            const SegmentData& b = one[0];
-            EXPECT_EQ(a.y.bytes, b.y.bytes) << "segment " << i;
-            EXPECT_EQ(a.final_states.bytes, b.final_states.bytes) << "segment " << i;
-            EXPECT_EQ(a.dx.bytes, b.dx.bytes) << "segment " << i;
-            EXPECT_EQ(a.dweight.bytes, b.dweight.bytes) << "segment " << i;
-            EXPECT_EQ(a.dbias.bytes, b.dbias.bytes) << "segment " << i;
-            EXPECT_EQ(a.dinit.bytes, b.dinit.bytes) << "segment " << i;
-          }
+          std::vector<size_t> all(segs.size());
+          std::iota(all.begin(), all.end(), size_t{0});
+          ExpectFusedMatchesAlone(p, segs, all);
         }
       }
     }
