@@ -12,18 +12,18 @@
 #include "gtest/gtest.h"
 #include "server/core/fake_clock.h"
 #include "server/core/scheduler.h"
+#include "tests/core/scheduler_fixture.h"
 #include "tests/core/scheduler_test_util.h"
 
 namespace conv1d {
 namespace {
 
 using ::conv1d::testing::Completions;
+using ::conv1d::testing::kBlockerTag;
 using ::conv1d::testing::KeyWithDim;
 using ::conv1d::testing::MakeTask;
 using ::conv1d::testing::RecordingBackend;
 using ::conv1d::testing::RecordingObserver;
-
-constexpr uint64_t kBlockerTag = 1'000'000;
 
 TEST(SchedulerCreateTest, RejectsEachInvalidOptionByName) {
   RecordingBackend backend;
@@ -99,33 +99,7 @@ TEST(SchedulerCreateTest, RunsWithoutAnObserver) {
   EXPECT_EQ(sched.Submit(&rejected).code(), absl::StatusCode::kUnavailable);
 }
 
-class SchedulerLifecycleTest : public ::testing::Test {
- protected:
-  void Make(const SchedulerOptions& options, int lanes = 1) {
-    backend_ = std::make_unique<RecordingBackend>(lanes);
-    auto s = Scheduler::Create(options, backend_.get(), &clock_, &observer_);
-    ASSERT_TRUE(s.ok()) << s.status();
-    sched_ = std::move(s).value();
-  }
-  void TearDown() override {
-    if (backend_) backend_->Unblock();
-    sched_.reset();
-  }
-  void Submit(std::unique_ptr<Task> task) {
-    ASSERT_TRUE(sched_->Submit(&task).ok());
-  }
-  void BlockLane() {
-    backend_->Block();
-    Submit(MakeTask(kBlockerTag, KeyWithDim(999, Op::kUpdate), &done_));
-    ASSERT_TRUE(backend_->AwaitEntered(1));
-  }
-
-  FakeClock clock_;
-  RecordingObserver observer_;
-  Completions done_;
-  std::unique_ptr<RecordingBackend> backend_;
-  std::unique_ptr<Scheduler> sched_;
-};
+class SchedulerLifecycleTest : public ::conv1d::testing::SchedulerFixture {};
 
 TEST_F(SchedulerLifecycleTest, ShutdownDrainsQueuedTasksAndThenRejects) {
   Make(SchedulerOptions{});

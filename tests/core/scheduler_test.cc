@@ -11,19 +11,19 @@
 
 #include "gtest/gtest.h"
 #include "server/core/fake_clock.h"
+#include "tests/core/scheduler_fixture.h"
 #include "tests/core/scheduler_test_util.h"
 
 namespace conv1d {
 namespace {
 
 using ::conv1d::testing::Completions;
+using ::conv1d::testing::kBlockerTag;
 using ::conv1d::testing::KeyWithDim;
 using ::conv1d::testing::MakeTask;
 using ::conv1d::testing::RecordedBatch;
 using ::conv1d::testing::RecordingBackend;
 using ::conv1d::testing::RecordingObserver;
-
-constexpr uint64_t kBlockerTag = 1'000'000;
 
 std::vector<uint64_t> Tags(const RecordedBatch& b) {
   std::vector<uint64_t> tags;
@@ -31,42 +31,7 @@ std::vector<uint64_t> Tags(const RecordedBatch& b) {
   return tags;
 }
 
-class SchedulerTest : public ::testing::Test {
- protected:
-  Scheduler* Make(const SchedulerOptions& options, int lanes = 1) {
-    backend_ = std::make_unique<RecordingBackend>(lanes);
-    auto s = Scheduler::Create(options, backend_.get(), &clock_, &observer_);
-    EXPECT_TRUE(s.ok()) << s.status();
-    sched_ = std::move(s).value();
-    return sched_.get();
-  }
-
-  void TearDown() override {
-    if (backend_) backend_->Unblock();
-    sched_.reset();
-  }
-
-  void Submit(std::unique_ptr<Task> task) {
-    absl::Status s = sched_->Submit(&task);
-    ASSERT_TRUE(s.ok()) << s;
-    ASSERT_EQ(task, nullptr);
-  }
-
-  // Occupies the (single) lane with a batch that waits in the backend, so
-  // the test can queue tasks and then release them all at once. The blocker
-  // reports to `done`.
-  void BlockLane(Completions* done = nullptr) {
-    backend_->Block();
-    Submit(MakeTask(kBlockerTag, KeyWithDim(999, Op::kUpdate), done ? done : &done_));
-    ASSERT_TRUE(backend_->AwaitEntered(1));
-  }
-
-  FakeClock clock_;
-  RecordingObserver observer_;
-  Completions done_;
-  std::unique_ptr<RecordingBackend> backend_;
-  std::unique_ptr<Scheduler> sched_;
-};
+class SchedulerTest : public ::conv1d::testing::SchedulerFixture {};
 
 TEST_F(SchedulerTest, FusesSameKeyFromManyThreadsWithRaggedSegments) {
   Make(SchedulerOptions{});
