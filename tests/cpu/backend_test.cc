@@ -20,21 +20,7 @@ using testing_cpu::AllocatePoisoned;
 using testing_cpu::MakeProblem;
 
 BatchKey FusedKey(Op op, Layout layout) {
-  BatchKey key;
-  key.op = op;
-  key.x_dtype = DType::kBF16;
-  key.weight_dtype = DType::kF32;
-  key.grad_weight_dtype = DType::kF32;
-  key.dim = 40;
-  key.width = 4;
-  key.layout = layout;
-  key.has_bias = true;
-  key.activation = Activation::kSiLU;
-  key.has_initial_states = op != Op::kUpdate;
-  key.return_final_states = op == Op::kForward;
-  key.has_dfinal_states = op == Op::kBackward;
-  key.return_dinitial_states = op == Op::kBackward;
-  return key;
+  return testing_cpu::KeyWithStates(op, DType::kBF16, DType::kF32, 4, layout, 40);
 }
 
 // Segments of different B, L and weights (some small, one large enough to be

@@ -17,21 +17,8 @@ using testing_cpu::ToDouble;
 using testing_cpu::ToReference;
 
 BatchKey Key(Op op, DType xt, int width, Layout layout, int64_t dim, bool silu) {
-  BatchKey key;
-  key.op = op;
-  key.x_dtype = xt;
-  key.weight_dtype = xt;
-  key.grad_weight_dtype = DType::kF32;
-  key.dim = dim;
-  key.width = width;
-  key.layout = layout;
-  key.has_bias = true;
-  key.activation = silu ? Activation::kSiLU : Activation::kNone;
-  key.has_initial_states = op != Op::kUpdate;
-  key.return_final_states = op == Op::kForward;
-  key.has_dfinal_states = op == Op::kBackward;
-  key.return_dinitial_states = op == Op::kBackward;
-  return key;
+  return testing_cpu::KeyWithStates(op, xt, xt, width, layout, dim,
+                                    silu ? Activation::kSiLU : Activation::kNone);
 }
 
 // Central difference of ref::Loss with respect to v[i].

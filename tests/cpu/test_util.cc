@@ -30,6 +30,25 @@ std::vector<uint8_t> FromDouble(const std::vector<double>& v, DType t) {
   return bytes;
 }
 
+BatchKey KeyWithStates(Op op, DType x_dtype, DType weight_dtype, int width, Layout layout,
+                       int64_t dim, Activation activation) {
+  BatchKey key;
+  key.op = op;
+  key.x_dtype = x_dtype;
+  key.weight_dtype = weight_dtype;
+  key.grad_weight_dtype = DType::kF32;
+  key.dim = dim;
+  key.width = width;
+  key.layout = layout;
+  key.has_bias = true;
+  key.activation = activation;
+  key.has_initial_states = op != Op::kUpdate;
+  key.return_final_states = op == Op::kForward;
+  key.has_dfinal_states = op == Op::kBackward;
+  key.return_dinitial_states = op == Op::kBackward;
+  return key;
+}
+
 ConvBuffers MakeProblem(const BatchKey& key, int64_t batch, int64_t seqlen,
                         int64_t state_len, uint64_t seed) {
   std::mt19937_64 rng(seed);

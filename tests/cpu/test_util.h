@@ -25,6 +25,11 @@ void FillRandom(std::vector<uint8_t>* out, DType t, int64_t n, std::mt19937_64& 
 std::vector<double> ToDouble(const std::vector<uint8_t>& bytes, DType t);
 std::vector<uint8_t> FromDouble(const std::vector<double>& v, DType t);
 
+// A key with bias, every state tensor the op takes or returns, and fp32
+// weight gradients.
+BatchKey KeyWithStates(Op op, DType x_dtype, DType weight_dtype, int width, Layout layout,
+                       int64_t dim, Activation activation = Activation::kSiLU);
+
 // Random inputs for every tensor the key uses.
 ConvBuffers MakeProblem(const BatchKey& key, int64_t batch, int64_t seqlen,
                         int64_t state_len, uint64_t seed);
