@@ -448,17 +448,25 @@ absl::Status CheckRequestSize(const ValidatedCall& call,
       "the server's max_request_bytes of ", limits.max_request_bytes));
 }
 
+// A state output (final_states, dinitial_states): bound when the kernel
+// returns it, an empty tensor when it was requested for W = 1, and absent
+// from the response otherwise (`field` adds it, so it is called only then).
+template <typename MutableField>
+void BindStateOut(ValidatedCall* call, bool returned, OutputView* out, MutableField field,
+                  const OutputBuffers* buffers) {
+  if (returned) {
+    SetWireTensor(*out, field(), out, buffers);
+  } else if (call->empty_states_out) {
+    SetEmptyState(call->segment, call->key.x_dtype, call->key.dim, field());
+  }
+}
+
 void BindForwardResponse(ValidatedCall* call, v1::ForwardResponse* response,
                          const OutputBuffers* buffers) {
   ConvSegment& seg = call->segment;
   SetWireTensor(seg.y, response->mutable_y(), &seg.y, buffers);
-  if (call->key.return_final_states) {
-    SetWireTensor(seg.final_states, response->mutable_final_states(),
-                  &seg.final_states, buffers);
-  } else if (call->empty_states_out) {
-    SetEmptyState(seg, call->key.x_dtype, call->key.dim,
-                  response->mutable_final_states());
-  }
+  BindStateOut(call, call->key.return_final_states, &seg.final_states,
+               [response] { return response->mutable_final_states(); }, buffers);
 }
 
 void BindBackwardResponse(ValidatedCall* call, v1::BackwardResponse* response,
@@ -469,13 +477,8 @@ void BindBackwardResponse(ValidatedCall* call, v1::BackwardResponse* response,
   if (call->key.has_bias) {
     SetWireTensor(seg.dbias, response->mutable_dbias(), &seg.dbias, buffers);
   }
-  if (call->key.return_dinitial_states) {
-    SetWireTensor(seg.dinitial_states, response->mutable_dinitial_states(),
-                  &seg.dinitial_states, buffers);
-  } else if (call->empty_states_out) {
-    SetEmptyState(seg, call->key.x_dtype, call->key.dim,
-                  response->mutable_dinitial_states());
-  }
+  BindStateOut(call, call->key.return_dinitial_states, &seg.dinitial_states,
+               [response] { return response->mutable_dinitial_states(); }, buffers);
 }
 
 void BindUpdateResponse(ValidatedCall* call, v1::UpdateResponse* response,

@@ -86,9 +86,9 @@ std::optional<double> Exposition::Value(
   return std::nullopt;
 }
 
-std::optional<double> Exposition::Bucket(
-    const std::string& name, const std::map<std::string, std::string>& labels,
-    double le) const {
+std::vector<std::pair<double, double>> Exposition::Buckets(
+    const std::string& name, const std::map<std::string, std::string>& labels) const {
+  std::vector<std::pair<double, double>> out;
   const std::string bucket = name + "_bucket";
   for (const Series& s : series_) {
     if (s.name != bucket) continue;
@@ -97,10 +97,18 @@ std::optional<double> Exposition::Bucket(
     if (it == rest.end()) continue;
     const double bound = ParseNumber(it->second);
     rest.erase(it);
-    if (rest != labels) continue;
+    if (rest == labels) out.emplace_back(bound, s.value);
+  }
+  return out;
+}
+
+std::optional<double> Exposition::Bucket(
+    const std::string& name, const std::map<std::string, std::string>& labels,
+    double le) const {
+  for (const auto& [bound, value] : Buckets(name, labels)) {
     if (bound == le ||
         (std::isfinite(le) && std::fabs(bound - le) <= 1e-9 * std::fabs(le))) {
-      return s.value;
+      return value;
     }
   }
   return std::nullopt;
@@ -110,16 +118,7 @@ std::vector<double> Exposition::Bounds(
     const std::string& name,
     const std::map<std::string, std::string>& labels) const {
   std::vector<double> out;
-  const std::string bucket = name + "_bucket";
-  for (const Series& s : series_) {
-    if (s.name != bucket) continue;
-    auto rest = s.labels;
-    auto it = rest.find("le");
-    if (it == rest.end()) continue;
-    const double bound = ParseNumber(it->second);
-    rest.erase(it);
-    if (rest == labels) out.push_back(bound);
-  }
+  for (const auto& [bound, value] : Buckets(name, labels)) out.push_back(bound);
   return out;
 }
 

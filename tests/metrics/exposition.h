@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace conv1d::testing {
@@ -44,6 +45,11 @@ class Exposition {
   std::vector<std::string> Names() const;
 
  private:
+  // (le, cumulative count) of every bucket of histogram `name` whose other
+  // labels are `labels`, in exposition order.
+  std::vector<std::pair<double, double>> Buckets(
+      const std::string& name, const std::map<std::string, std::string>& labels) const;
+
   std::vector<Series> series_;
   std::map<std::string, std::string> types_;
 };
