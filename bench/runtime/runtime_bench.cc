@@ -56,6 +56,8 @@ ABSL_FLAG(bool, gather_small_host_tensors, true,
           "(false: pack them through staging)");
 ABSL_FLAG(bool, shared_copy_streams, true,
           "gpu backend: one H2D and one D2H stream per device shared by the lanes");
+ABSL_FLAG(bool, batch_copies, true,
+          "gpu backend: queue a round's DMAs per direction with one batch call");
 ABSL_FLAG(int64_t, shared_copy_min_bytes, int64_t{1} << 20,
           "gpu backend: rounds moving fewer bytes keep their copies on the lane's stream");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
@@ -467,6 +469,7 @@ int Main() {
   go.direct_copy_bytes = absl::GetFlag(FLAGS_direct_copy_bytes);
   go.shared_copy_streams = absl::GetFlag(FLAGS_shared_copy_streams);
   go.shared_copy_min_bytes = absl::GetFlag(FLAGS_shared_copy_min_bytes);
+  go.batch_copies = absl::GetFlag(FLAGS_batch_copies);
   auto gpu = GpuBackend::Create(go);
   if (!gpu.ok()) {
     std::fprintf(stderr, "gpu backend: %s\n", gpu.status().ToString().c_str());

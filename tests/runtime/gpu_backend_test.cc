@@ -192,10 +192,12 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
 // through staging, in the same fused batch; every output must still equal
 // the CPU's, nothing is allocated, and with gathering on no request tensor
 // passes through staging.
-// Parameters: gather_small_host_tensors, and whether every round's copies
-// go through the device's shared copy streams (else the lane's own stream).
-class GpuBackendHostPoolTest : public GpuBackendTest,
-                               public ::testing::WithParamInterface<std::tuple<bool, bool>> {};
+// Parameters: gather_small_host_tensors, whether every round's copies go
+// through the device's shared copy streams (else the lane's own stream), and
+// whether a round's DMAs are queued in one batch call.
+class GpuBackendHostPoolTest
+    : public GpuBackendTest,
+      public ::testing::WithParamInterface<std::tuple<bool, bool, bool>> {};
 
 TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) {
   GpuBackendOptions opt;
@@ -206,6 +208,7 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
   const bool gather = std::get<0>(GetParam());
   opt.gather_small_host_tensors = gather;
   opt.shared_copy_streams = std::get<1>(GetParam());
+  opt.batch_copies = std::get<2>(GetParam());
   opt.shared_copy_min_bytes = 0;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -276,7 +279,8 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
 }
 
 INSTANTIATE_TEST_SUITE_P(GatheredOrStaged, GpuBackendHostPoolTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool()));
 
 TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {
   GpuBackendOptions opt;

@@ -74,9 +74,35 @@ void MergeRanges(std::vector<Range>& ranges) {
   ranges.swap(merged);
 }
 
-// Queues one async copy per job on `stream`; adds their bytes to *bytes.
+// Queues the jobs' async copies on `stream` (with `batched`, in one batch
+// call where the runtime has one); adds their bytes to *bytes.
 hipError_t QueueCopies(const std::vector<CopyJob>& jobs, hipMemcpyKind kind,
-                       hipStream_t stream, int64_t* bytes) {
+                       hipStream_t stream, int64_t* bytes, bool batched) {
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12080
+  if (batched && jobs.size() > 1) {
+    thread_local std::vector<void*> dsts;
+    thread_local std::vector<const void*> srcs;
+    thread_local std::vector<size_t> sizes;
+    dsts.clear();
+    srcs.clear();
+    sizes.clear();
+    int64_t total = 0;
+    for (const CopyJob& j : jobs) {
+      dsts.push_back(j.dst);
+      srcs.push_back(j.src);
+      sizes.push_back(static_cast<size_t>(j.bytes));
+      total += j.bytes;
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t first = 0;
+    const hipError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                                                jobs.size(), &attr, &first, 1, stream);
+    if (err == hipSuccess) *bytes += total;
+    return err;
+  }
+#endif
+  (void)batched;
   for (const CopyJob& j : jobs) {
     const hipError_t err = hipMemcpyAsync(j.dst, j.src, j.bytes, kind, stream);
     if (err != hipSuccess) return err;
@@ -372,7 +398,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     {
       absl::MutexLockMaybe lock(shared ? &dev.h2d_mu : nullptr);
       err = hipEventRecord(lane.events[0], in_stream);
-      if (err == hipSuccess) err = QueueCopies(h2d, hipMemcpyHostToDevice, in_stream, &h2d_bytes);
+      if (err == hipSuccess) err = QueueCopies(h2d, hipMemcpyHostToDevice, in_stream, &h2d_bytes,
+                                             options_.batch_copies);
       if (err == hipSuccess && n_gather > 0) {
         what = "gathering small host-pool tensors";
         err = kernels::BatchCopyRun(lane.gather_table, n_gather, in_stream);
@@ -399,7 +426,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       }
       if (err == hipSuccess) {
         what = "queueing the D2H copy";
-        err = QueueCopies(d2h, hipMemcpyDeviceToHost, out_stream, &d2h_bytes);
+        err = QueueCopies(d2h, hipMemcpyDeviceToHost, out_stream, &d2h_bytes,
+                          options_.batch_copies);
       }
       if (err == hipSuccess) err = hipEventRecord(lane.events[3], out_stream);
     }
