@@ -16,8 +16,9 @@ constexpr int32_t kMaxCompletionThreads = 64;
 // clock).
 constexpr absl::Duration kUnavailableLaneRecheck = absl::Seconds(1);
 
-void Finish(Task& task, const absl::Status& status) {
-  if (task.on_done) task.on_done(status, task.timings);
+// Calls the task's on_done and destroys the task.
+void Finish(std::unique_ptr<Task> task, const absl::Status& status) {
+  if (task->on_done) task->on_done(status, task->timings);
 }
 
 }  // namespace
@@ -168,8 +169,7 @@ void Scheduler::Shutdown(absl::Duration timeout) {
     for (auto& task : abandoned) {
       if (observer_ != nullptr) observer_->OnRejected(RejectReason::kDraining);
       task->timings.batch_start = task->timings.batch_end = now;
-      Finish(*task, status);
-      task.reset();
+      Finish(std::move(task), status);
     }
   }
   for (std::thread& t : lanes_) t.join();
@@ -362,8 +362,7 @@ void Scheduler::RunBatch(int lane, const BatchKey& key,
                                   : RejectReason::kDeadline);
       }
       task->timings.batch_end = start;
-      Finish(*task, status);
-      task.reset();
+      Finish(std::move(task), status);
     }
   }
   if (run.empty()) return;
@@ -375,8 +374,7 @@ void Scheduler::RunBatch(int lane, const BatchKey& key,
     for (auto& task : run) {
       task->timings.batch_end = start;
       task->timings.batch_requests = static_cast<int32_t>(run.size());
-      Finish(*task, refuse);
-      task.reset();
+      Finish(std::move(task), refuse);
     }
     return;
   }
@@ -439,8 +437,7 @@ void Scheduler::FinishTasks(std::vector<std::unique_ptr<Task>> tasks,
     }
   }
   for (int i = own_begin; i < n; ++i) {
-    Finish(*tasks[i], status);
-    tasks[i].reset();
+    Finish(std::move(tasks[i]), status);
   }
 }
 
@@ -458,8 +455,7 @@ void Scheduler::CompletionLoop() {
       completion_queue_.pop_front();
     }
     for (auto& task : job.tasks) {
-      Finish(*task, job.status);
-      task.reset();
+      Finish(std::move(task), job.status);
     }
   }
 }
