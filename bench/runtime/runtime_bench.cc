@@ -319,17 +319,15 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         const absl::Time woke = absl::Now();
         const double us = absl::ToDoubleMicroseconds(woke - t0);
         if (phase.load() == 1 && last_wake != absl::InfinitePast()) {
-          // Consecutive instants of the cycle, from the previous answer on.
-          const absl::Time at[Cycle::kParts + 1] = {last_wake, t0, timings.enqueued,
-                                                    timings.batch_start, timings.batch_end,
-                                                    done_at, woke};
-          static constexpr Cycle::Part kOrder[Cycle::kParts] = {
-              Cycle::kNext, Cycle::kSubmit, Cycle::kQueue, Cycle::kLane, Cycle::kComplete,
-              Cycle::kWake};
+          // Consecutive instants of this request, kSubmit .. kWake between
+          // them; kNext is the stretch before, from the previous answer.
+          const absl::Time at[Cycle::kNext + 1] = {t0, timings.enqueued, timings.batch_start,
+                                                   timings.batch_end, done_at, woke};
           Cycle& c = cycles[s];
-          for (int k = 0; k < Cycle::kParts; ++k) {
-            c.seconds[kOrder[k]] += absl::ToDoubleSeconds(at[k + 1] - at[k]);
+          for (int k = 0; k < Cycle::kNext; ++k) {
+            c.seconds[k] += absl::ToDoubleSeconds(at[k + 1] - at[k]);
           }
+          c.seconds[Cycle::kNext] += absl::ToDoubleSeconds(t0 - last_wake);
           ++c.n;
         }
         last_wake = woke;
