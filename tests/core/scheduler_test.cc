@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "server/core/fake_clock.h"
 #include "tests/core/scheduler_fixture.h"
@@ -32,6 +34,47 @@ std::vector<uint64_t> Tags(const RecordedBatch& b) {
 }
 
 class SchedulerTest : public ::conv1d::testing::SchedulerFixture {};
+
+// Closed-loop submitters over several lanes: each thread submits, waits
+// for its answer, submits again. Arrivals race with lanes going to sleep and
+// with other submitters holding the queue lock; a task left unfiled with
+// every lane asleep would never be answered.
+TEST_F(SchedulerTest, ClosedLoopSubmittersAreAlwaysAnswered) {
+  SchedulerOptions o;
+  o.completion_threads = 2;
+  Make(o, /*lanes=*/4);
+  constexpr int kThreads = 32, kRounds = 300;
+  std::atomic<int> stuck{0}, answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        auto task = std::make_unique<Task>();
+        task->id = static_cast<uint64_t>(t) * kRounds + r + 1;
+        task->key = KeyWithDim(8 * (1 + (t + r) % 2));
+        task->segment.batch = 1;
+        task->segment.seqlen = 4;
+        auto answer = std::make_shared<absl::Notification>();
+        task->on_done = [answer](const absl::Status&, const TaskTimings&) {
+          answer->Notify();
+        };
+        ASSERT_TRUE(sched_->Submit(&task).ok());
+        if (!answer->WaitForNotificationWithTimeout(absl::Seconds(30))) {
+          ++stuck;
+          return;
+        }
+        ++answered;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(stuck.load(), 0);
+  EXPECT_EQ(answered.load(), kThreads * kRounds);
+  EXPECT_EQ(sched_->queued_requests(), 0);
+  const SchedulerStats st = sched_->stats();
+  EXPECT_EQ(st.submitted, kThreads * kRounds);
+  EXPECT_EQ(st.completed, kThreads * kRounds);
+}
 
 TEST_F(SchedulerTest, FusesSameKeyFromManyThreadsWithRaggedSegments) {
   Make(SchedulerOptions{});
