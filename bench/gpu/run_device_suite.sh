@@ -4,7 +4,7 @@
 #   1. gpu backend tests against the CPU implementation (+ e2e suite on gpu)
 #   2. in-process runtime benchmark (fused vs unfused vs pinned copy ceiling)
 #   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
-#   4. soak: 2 minutes at c=64, mixed shapes and ops, answers verified
+#   4. soak: 2 minutes (SOAK_S seconds) at c=64, mixed shapes and ops, answers verified
 #   (STAGES, default "tests runtime e2e soak", picks a subset)
 # The end-to-end stage runs one server per entry of E2E_SERVERS (default
 # "gpu echo echo-strings"): a backend name, optionally with "-strings" for
@@ -73,17 +73,20 @@ python3 "$here/e2e_to_csv.py" "$out/e2e-$device-$day.csv" "${specs[@]}" | tee "$
 fi
 
 if want soak; then
-soak=120; [[ $quick == --quick ]] && soak=20
+soak=${SOAK_S:-120}; [[ $quick == --quick ]] && soak=20
 step "soak: ${soak}s at c=64, mixed, verified"
 "$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50161 \
   --metrics_listen=127.0.0.1:50162 --log_level=warn >"$out/server-soak.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50161 >/dev/null 2>&1 && break; sleep 0.2; done
-sample() {  # RSS and device pool in use
-  local rss pool
+sample() {  # RSS, device pool in use, host pool in use and its misses so far
+  local rss metrics pool host misses
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
-  pool=$(curl -s http://127.0.0.1:50162/metrics 2>/dev/null | awk '/^conv1d_pool_bytes\{.*device_in_use/ {s+=$2} END {print s+0}')
-  echo "$1 rss_kib=$rss device_in_use_bytes=$pool"
+  metrics=$(curl -s http://127.0.0.1:50162/metrics 2>/dev/null)
+  pool=$(awk '/^conv1d_pool_bytes\{.*device_in_use/ {s+=$2} END {print s+0}' <<<"$metrics")
+  host=$(awk '/^conv1d_pool_bytes\{.*host_in_use/ {s+=$2} END {print s+0}' <<<"$metrics")
+  misses=$(awk '/^conv1d_host_pool_misses_total/ {s+=$2} END {print s+0}' <<<"$metrics")
+  echo "$1 rss_kib=$rss device_in_use_bytes=$pool host_in_use_bytes=$host host_pool_misses=$misses"
 }
 "$bin/conv1d_load" --target=127.0.0.1:50161 --mix="$here/soak_mix.txt" --concurrency=64 \
   --warmup_s=5 --duration_s=$soak --max_trials=1 --stable_windows=1 --progress=false \

@@ -50,9 +50,15 @@ class Observer {
   // Weight registry: totals after a change.
   virtual void OnWeightsChanged(int64_t sets, int64_t bytes) {}
 
-  // Backend memory pools. `pool` is "device_reserved", "device_in_use" or
-  // "pinned"; `device` is the device index (0 for host-only pools).
+  // Backend memory pools. `pool` is "device_reserved", "device_in_use",
+  // "pinned" or "host_in_use" (request and response tensors in the
+  // page-locked host pool); `device` is the device index (the first
+  // device's for the host pool, which all devices share).
   virtual void OnPoolBytes(const char* pool, int device, int64_t bytes) {}
+  // Backend: a tensor buffer of `bytes` could not come from the page-locked
+  // host pool (no room left for its size) and was taken from ordinary
+  // memory, so it is packed through staging instead of moving by DMA.
+  virtual void OnHostPoolMiss(int64_t bytes) {}
 
   // Backend health: a device hit an error it cannot recover from.
   virtual void OnDeviceError(int device, const std::string& message) {}

@@ -33,7 +33,7 @@ constexpr absl::StatusCode kCommonCodes[] = {
     absl::StatusCode::kNotFound,         absl::StatusCode::kResourceExhausted,
     absl::StatusCode::kInternal,         absl::StatusCode::kUnavailable};
 
-constexpr const char* kPools[] = {"device_reserved", "device_in_use", "pinned"};
+constexpr const char* kPools[] = {"device_reserved", "device_in_use", "pinned", "host_in_use"};
 
 constexpr int kNumOps = 3;
 constexpr Op kOps[kNumOps] = {Op::kForward, Op::kBackward, Op::kUpdate};
@@ -270,8 +270,14 @@ void PrometheusObserver::BuildFamilies(const MetricsOptions& options) {
   pool_bytes_ = &BuildGauge()
                      .Name("conv1d_pool_bytes")
                      .Help("Memory pool sizes by pool (device_reserved, "
-                           "device_in_use, pinned) and device index.")
+                           "device_in_use, pinned, host_in_use) and device index.")
                      .Register(r);
+  host_pool_misses_ = &BuildCounter()
+                           .Name("conv1d_host_pool_misses_total")
+                           .Help("Tensor buffers the page-locked host pool had no room "
+                                 "for (taken from ordinary memory and staged instead).")
+                           .Register(r)
+                           .Add({});
   device_errors_ = &BuildCounter()
                         .Name("conv1d_device_errors_total")
                         .Help("Unrecoverable device errors, by device index.")
@@ -514,6 +520,10 @@ void PrometheusObserver::OnDeviceError(int device,
   } else {
     extra_device_errors_.Get(name, make)->Increment();
   }
+}
+
+void PrometheusObserver::OnHostPoolMiss(int64_t /*bytes*/) {
+  host_pool_misses_->Increment();
 }
 
 void PrometheusObserver::OnServingChanged(bool serving) {

@@ -81,6 +81,7 @@ class PrometheusObserver final : public Observer {
   void OnWeightsChanged(int64_t sets, int64_t bytes) override;
   void OnPoolBytes(const char* pool, int device, int64_t bytes) override;
   void OnDeviceError(int device, const std::string& message) override;
+  void OnHostPoolMiss(int64_t bytes) override;
   void OnServingChanged(bool serving) override;
 
   // Histogram bucket bounds, exposed for tests and docs.
@@ -92,7 +93,8 @@ class PrometheusObserver final : public Observer {
   static constexpr int kNumCodes = 17;  // absl::StatusCode 0..16
   static constexpr size_t kFastLanes = 256;
   static constexpr size_t kFastDevices = 64;
-  static constexpr size_t kNumPools = 3;  // device_reserved, device_in_use, pinned
+  // device_reserved, device_in_use, pinned, host_in_use
+  static constexpr size_t kNumPools = 4;
   static constexpr size_t kNumFamilies = 3 * 3;  // Op × DType
 
   // Series of one RPC method.
@@ -158,6 +160,7 @@ class PrometheusObserver final : public Observer {
   prometheus::Family<prometheus::Counter>* lane_busy_ = nullptr;
   prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* device_errors_ = nullptr;
+  prometheus::Counter* host_pool_misses_ = nullptr;
 
   // Known methods, in a fixed order; others land in extra_methods_.
   std::vector<std::unique_ptr<MethodSeries>> methods_;

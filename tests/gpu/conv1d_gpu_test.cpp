@@ -385,6 +385,27 @@ TEST(Conv1dGpu, ShortRowTiles) {
   }
 }
 
+// Short-row forward of a launch of about 240000 rows (D = 1000, so tiles
+// end inside a request; built with CONV1D_FWD_ROWS_PER_THREAD=1, walked
+// one row per thread) with a long-row request in between: rows of 1 to 32
+// vectors (in chunks of 8 vectors, the last one partial), every dtype
+// pair, W = 2..4, every feature on and off. Matches the reference, and
+// requests alone (too few rows for the row-per-thread kernel) give the
+// same bytes.
+TEST(Conv1dGpu, ShortRowForwardLargeLaunch) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  const FeatureCase cases[] = {{kPairs[0], 4, 0x0f}, {kPairs[1], 3, 0x0b}, {kPairs[2], 4, 0x0d},
+                               {kPairs[3], 2, 0x0e}, {kPairs[4], 3, 0x07}, {kPairs[2], 2, 0x00}};
+  const int64_t shapes[][2] = {{3, 128}, {1, 200}, {2, 8},  {1, 40},  {4, 256}, {1, 1024},
+                               {2, 16},  {1, 96},  {3, 72}, {1, 136}, {2, 248}, {20, 128},
+                               {200, 8}, {1, 64}};
+  for (const FeatureCase& c : cases) {
+    const Conv1dProblem p = MakeProblem(KernelOp::kForward, c.pr, KernelLayout::kChannelFirst, 1000, c.W, c.bits);
+    ExpectFusedMatchesAlone(p, MakeSegments(p, shapes, rng), {1, 3, 9});
+  }
+}
+
 // Short-row backward with more rows than the device's teams hold at one
 // tile each (about 129000 rows, D = 2051): in 16-bit types each team walks
 // a run of many tiles, its rows in several weight groups, and some runs

@@ -152,6 +152,10 @@ TEST_F(ObserverTest, RejectionsServingWeightsPoolsErrorsBuildInfo) {
   obs->OnPoolBytes("device_in_use", 1, Int(1, 1000));
   obs->OnPoolBytes("device_in_use", 1, in_use);
   obs->OnPoolBytes("pinned", 0, pinned);
+  const int64_t host_in_use = Int(1, 1LL << 32);
+  obs->OnPoolBytes("host_in_use", 0, host_in_use);
+  const int misses = Int(1, 9);
+  for (int i = 0; i < misses; ++i) obs->OnHostPoolMiss(Int(1, 1 << 26));
   obs->OnPoolBytes("scratch", 200, 77);  // outside the fast tables
   const int errors = Int(1, 5);
   for (int i = 0; i < errors; ++i) obs->OnDeviceError(3, "ECC error");
@@ -178,6 +182,9 @@ TEST_F(ObserverTest, RejectionsServingWeightsPoolsErrorsBuildInfo) {
             static_cast<double>(in_use));
   EXPECT_EQ(e.Value("conv1d_pool_bytes", {{"pool", "pinned"}, {"device", "0"}}),
             static_cast<double>(pinned));
+  EXPECT_EQ(e.Value("conv1d_pool_bytes", {{"pool", "host_in_use"}, {"device", "0"}}),
+            static_cast<double>(host_in_use));
+  EXPECT_EQ(e.Value("conv1d_host_pool_misses_total"), misses);
   EXPECT_EQ(e.Value("conv1d_pool_bytes", {{"pool", "scratch"}, {"device", "200"}}), 77);
   EXPECT_EQ(e.Value("conv1d_device_errors_total", {{"device", "3"}}), errors);
   EXPECT_EQ(e.Value("conv1d_device_errors_total", {{"device", "1000"}}), 1);

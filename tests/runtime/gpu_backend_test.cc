@@ -8,13 +8,16 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <tuple>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv.h"
 #include "server/backends/gpu/gpu_runtime.h"
+#include "server/core/observer.h"
 
 namespace conv1d {
 namespace {
@@ -281,6 +284,59 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
 INSTANTIATE_TEST_SUITE_P(GatheredOrStaged, GpuBackendHostPoolTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
                                             ::testing::Bool()));
+
+// When the host pool has no room, AllocateHostBuffer still answers (from
+// ordinary memory) and the observer hears the miss; the pool's bytes in use
+// follow every allocation and release.
+TEST_F(GpuBackendTest, FullHostPoolFallsBackToHeapAndReportsTheMiss) {
+  class PoolObserver final : public Observer {
+   public:
+    void OnPoolBytes(const char* pool, int, int64_t bytes) override {
+      absl::MutexLock lock(&mu_);
+      if (std::string(pool) == "host_in_use") host_in_use_ = bytes;
+    }
+    void OnHostPoolMiss(int64_t bytes) override {
+      absl::MutexLock lock(&mu_);
+      missed_.push_back(bytes);
+    }
+    int64_t host_in_use() const {
+      absl::MutexLock lock(&mu_);
+      return host_in_use_;
+    }
+    std::vector<int64_t> missed() const {
+      absl::MutexLock lock(&mu_);
+      return missed_;
+    }
+
+   private:
+    mutable absl::Mutex mu_;
+    int64_t host_in_use_ = -1;
+    std::vector<int64_t> missed_;
+  } observer;
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 1;
+  opt.lane_buffer_bytes = 4 << 20;
+  opt.host_pool_bytes = 1 << 20;
+  opt.observer = &observer;
+  auto gpu = GpuBackend::Create(opt);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::shared_ptr<void> a = (*gpu)->AllocateHostBuffer(300 << 10);  // 512 KiB class
+  std::shared_ptr<void> b = (*gpu)->AllocateHostBuffer(512 << 10);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(observer.host_in_use(), 1 << 20);
+  EXPECT_TRUE(observer.missed().empty());
+  std::shared_ptr<void> c = (*gpu)->AllocateHostBuffer(100 << 10);
+  ASSERT_NE(c, nullptr);
+  std::memset(c.get(), 0x5a, 100 << 10);  // ordinary, writable memory
+  EXPECT_EQ(observer.missed(), std::vector<int64_t>{100 << 10});
+  EXPECT_EQ(observer.host_in_use(), 1 << 20);
+  a.reset();
+  EXPECT_EQ(observer.host_in_use(), 512 << 10);
+  c.reset();
+  b.reset();
+  EXPECT_EQ(observer.host_in_use(), 0);
+}
 
 TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {
   GpuBackendOptions opt;

@@ -47,6 +47,25 @@ TEST(HostPool, ExhaustionReturnsNullAndContainsRejectsOutsidePointers) {
   EXPECT_EQ(pool.Allocate(0), nullptr);
   for (void* p : got) pool.Free(p);
   EXPECT_NE(pool.Allocate(16 << 10), nullptr);
+  // The 128 KiB, the 16 KiB after the fourth and the 1-byte requests found
+  // no room; a size of 0 is no request at all.
+  EXPECT_EQ(pool.misses(), 3);
+}
+
+// The listener hears the bytes in use after every change, in order, so a
+// gauge it sets ends at the pool's true figure.
+TEST(HostPool, UseListenerSeesEveryChange) {
+  std::vector<char> region(1 << 20);
+  std::vector<int64_t> heard;
+  HostPool pool(region.data(), static_cast<int64_t>(region.size()),
+                [&heard](int64_t in_use) { heard.push_back(in_use); });
+  void* a = pool.Allocate(100);     // 4 KiB class
+  void* b = pool.Allocate(20000);   // 32 KiB class
+  pool.Free(a);
+  EXPECT_EQ(pool.Allocate(2 << 20), nullptr);  // a miss changes nothing
+  pool.Free(b);
+  EXPECT_EQ(heard, (std::vector<int64_t>{4096, 4096 + 32768, 32768, 0}));
+  EXPECT_EQ(pool.misses(), 1);
 }
 
 TEST(HostPool, ConcurrentAllocateAndFreeNeverHandOutABlockTwice) {

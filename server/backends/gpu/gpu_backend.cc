@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/thread_pool.h"
@@ -194,8 +196,13 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
       }
     }
     backend->gather_small_host_tensors_ = visible;
+    std::function<void(int64_t)> on_use;
+    if (options.observer != nullptr) {
+      on_use = [observer = options.observer, device = backend->devices_[0]->index](
+                   int64_t in_use) { observer->OnPoolBytes("host_in_use", device, in_use); };
+    }
     backend->host_pool_ = std::shared_ptr<gpu::HostPool>(
-        new gpu::HostPool(region, host_bytes), [region](gpu::HostPool* pool) {
+        new gpu::HostPool(region, host_bytes, std::move(on_use)), [region](gpu::HostPool* pool) {
           delete pool;
           gpu::PinnedFree(region);
         });
@@ -300,6 +307,7 @@ std::shared_ptr<void> GpuBackend::AllocateHostBuffer(int64_t bytes) {
     if (void* p = host_pool_->Allocate(bytes)) {
       return std::shared_ptr<void>(p, [pool = host_pool_](void* q) { pool->Free(q); });
     }
+    if (options_.observer != nullptr) options_.observer->OnHostPoolMiss(bytes);
   }
   return Backend::AllocateHostBuffer(bytes);
 }

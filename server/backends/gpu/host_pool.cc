@@ -1,9 +1,13 @@
 #include "server/backends/gpu/host_pool.h"
 
+#include <utility>
+
 namespace conv1d::gpu {
 
-HostPool::HostPool(void* region, int64_t bytes)
-    : base_(static_cast<char*>(region)), bytes_(region == nullptr ? 0 : bytes) {
+HostPool::HostPool(void* region, int64_t bytes, std::function<void(int64_t)> on_use)
+    : base_(static_cast<char*>(region)),
+      bytes_(region == nullptr ? 0 : bytes),
+      on_use_(std::move(on_use)) {
   absl::MutexLock lock(&mu_);
   class_of_.assign(static_cast<size_t>(bytes_ / kMinBlockBytes), -1);
 }
@@ -33,9 +37,11 @@ void* HostPool::Allocate(int64_t bytes) {
     class_of_[static_cast<size_t>(carved_ / kMinBlockBytes)] = static_cast<int8_t>(c);
     carved_ += size;
   } else {
+    ++misses_;
     return nullptr;
   }
   in_use_ += size;
+  if (on_use_) on_use_(in_use_);
   return p;
 }
 
@@ -46,11 +52,17 @@ void HostPool::Free(void* p) {
   const int cls = class_of_[static_cast<size_t>((c - base_) / kMinBlockBytes)];
   free_[cls].push_back(c);
   in_use_ -= kMinBlockBytes << cls;
+  if (on_use_) on_use_(in_use_);
 }
 
 int64_t HostPool::bytes_in_use() const {
   absl::MutexLock lock(&mu_);
   return in_use_;
+}
+
+int64_t HostPool::misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
 }
 
 }  // namespace conv1d::gpu

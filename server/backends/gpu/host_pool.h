@@ -7,7 +7,9 @@
 // block goes back to its class's free list and is reused by the next request
 // of that class (never split or merged), so steady traffic of similar shapes
 // allocates nothing new. Allocate() returns null when the region has no room
-// for the class; callers fall back to ordinary heap memory.
+// for the class (a miss, counted); callers fall back to ordinary heap
+// memory. An optional listener hears every change of the bytes in use, under
+// the pool's lock, so a gauge it sets always ends at the true value.
 //
 // Pure host code (no GPU runtime), unit-tested without a device.
 // Thread-safety: every method may be called from any thread.
@@ -16,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,7 +32,11 @@ class HostPool {
   static constexpr int kClasses = 40;
 
   // REQUIRES: `region` stays valid for the pool's lifetime; bytes >= 0.
-  HostPool(void* region, int64_t bytes);
+  // `on_use`, when set, is called with the bytes in use after every
+  // Allocate and Free that changes them, with the pool's lock held: it must
+  // be quick and must not call back into the pool.
+  HostPool(void* region, int64_t bytes,
+           std::function<void(int64_t in_use)> on_use = nullptr);
   HostPool(const HostPool&) = delete;
   HostPool& operator=(const HostPool&) = delete;
 
@@ -49,15 +56,20 @@ class HostPool {
   int64_t capacity_bytes() const { return bytes_; }
   // Bytes handed out and not yet freed (whole blocks).
   int64_t bytes_in_use() const;
+  // Allocate calls that found no room for their class (the region is
+  // carved out and that class has no free block).
+  int64_t misses() const;
 
  private:
   static int ClassOf(int64_t bytes);
 
   char* const base_;
   const int64_t bytes_;
+  const std::function<void(int64_t)> on_use_;
   mutable absl::Mutex mu_;
   int64_t carved_ ABSL_GUARDED_BY(mu_) = 0;  // bump pointer into the region
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<std::vector<char*>, kClasses> free_ ABSL_GUARDED_BY(mu_);
   // Size class of every carved block, by block index (offset / kMinBlockBytes
   // of its first byte); -1 for offsets that start no block.
