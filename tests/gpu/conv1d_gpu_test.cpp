@@ -386,12 +386,9 @@ TEST(Conv1dGpu, ShortRowTiles) {
 }
 
 // Short-row forward of a launch of about 240000 rows (D = 1000, so tiles
-// end inside a request; built with CONV1D_FWD_ROWS_PER_THREAD=1, walked
-// one row per thread) with a long-row request in between: rows of 1 to 32
-// vectors (in chunks of 8 vectors, the last one partial), every dtype
-// pair, W = 2..4, every feature on and off. Matches the reference, and
-// requests alone (too few rows for the row-per-thread kernel) give the
-// same bytes.
+// end inside a request) with a long-row request in between: rows of 1 to
+// 32 vectors, every dtype pair, W = 2..4, every feature on and off.
+// Matches the reference, and every request run alone gives the same bytes.
 TEST(Conv1dGpu, ShortRowForwardLargeLaunch) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng(std::random_device{}());
