@@ -97,6 +97,7 @@ lp=$!
 # (in-flight large requests make single samples swing) and the device pool
 # never changes.
 sleep 8
+: >"$out/soak_memory.txt"  # a reused OUT_DIR must not mix in an earlier soak
 while kill -0 $lp 2>/dev/null; do sample "t=$(date +%s)" >>"$out/soak_memory.txt"; sleep 5; done
 wait $lp || status=1
 tail -n 15 "$out/soak.log"

@@ -3,6 +3,7 @@
 // in-flight requests answered, exit 0 within the bound).
 #include <signal.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,7 +31,8 @@ TEST(ServerBinary, HelpListsTheFlags) {
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
         "--max_connection_age_s", "--max_connection_age_grace_s",
         "--log_level", "--log_format", "--access_log", "--completion_threads",
-        "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes"}) {
+        "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes",
+        "--malloc_arena_max"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -50,6 +52,7 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--host_tensor_min_bytes=-2"}, "host_tensor_min_bytes"},
       {{"--host_pool_bytes=-2"}, "host_pool_bytes"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
+      {{"--malloc_arena_max=-1"}, "--malloc_arena_max: -1 is outside 0..1024"},
       {{"--max_connection_age_s=-1"}, "--max_connection_age_s: -1"},
       {{"--max_connection_age_s=3000000"}, "--max_connection_age_s: 3e+06"},
       {{"--max_connection_age_grace_s=0.0001"}, "--max_connection_age_grace_s: 0.0001"},
@@ -139,6 +142,39 @@ TEST(ServerBinary, SigtermDrainsInFlightRequestsAndExitsZero) {
   v1::ServerInfoResponse info;
   EXPECT_EQ(stub->ServerInfo(&ctx, v1::ServerInfoRequest(), &info).error_code(),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+// The startup line names the malloc arena cap in effect: the flag's, none
+// for 0, or the environment's MALLOC_ARENA_MAX, which wins.
+TEST(ServerBinary, StartupLineNamesTheMallocArenaCapInEffect) {
+  const char* saved = std::getenv("MALLOC_ARENA_MAX");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  struct Case {
+    const char* env;  // nullptr: unset
+    const char* flag;
+    const char* want;
+  };
+  for (const Case& c : {Case{nullptr, "--malloc_arena_max=3", "malloc_arena_max=3"},
+                        Case{nullptr, "--malloc_arena_max=0", "malloc_arena_max=default"},
+                        Case{"2", "--malloc_arena_max=3", "malloc_arena_max=2 (MALLOC_ARENA_MAX)"}}) {
+    if (c.env != nullptr) {
+      setenv("MALLOC_ARENA_MAX", c.env, 1);
+    } else {
+      unsetenv("MALLOC_ARENA_MAX");
+    }
+    ServerProcess p({"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=echo",
+                     "--drain_grace_ms=0", c.flag});
+    ASSERT_TRUE(p.started());
+    EXPECT_NE(p.WaitForPort(absl::Seconds(20)), 0) << p.Log();
+    EXPECT_THAT(p.Log(), HasSubstr(c.want)) << c.flag;
+    ASSERT_EQ(kill(p.pid(), SIGTERM), 0);
+    EXPECT_EQ(p.Wait(absl::Seconds(30)), 0) << p.Log();
+  }
+  if (saved != nullptr) {
+    setenv("MALLOC_ARENA_MAX", saved_value.c_str(), 1);
+  } else {
+    unsetenv("MALLOC_ARENA_MAX");
+  }
 }
 
 TEST(ServerBinary, ServerInfoReportsTheBackend) {
