@@ -37,8 +37,8 @@ class SchedulerTest : public ::conv1d::testing::SchedulerFixture {};
 
 // Closed-loop submitters over several lanes: each thread submits, waits
 // for its answer, submits again. Arrivals race with lanes going to sleep and
-// with other submitters holding the queue lock; a task left unfiled with
-// every lane asleep would never be answered.
+// with other submitters holding the queue lock; a wake-up lost there would
+// leave a task queued with every lane asleep, never answered.
 TEST_F(SchedulerTest, ClosedLoopSubmittersAreAlwaysAnswered) {
   SchedulerOptions o;
   o.completion_threads = 2;
@@ -49,11 +49,8 @@ TEST_F(SchedulerTest, ClosedLoopSubmittersAreAlwaysAnswered) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
-        auto task = std::make_unique<Task>();
-        task->id = static_cast<uint64_t>(t) * kRounds + r + 1;
-        task->key = KeyWithDim(8 * (1 + (t + r) % 2));
-        task->segment.batch = 1;
-        task->segment.seqlen = 4;
+        auto task = MakeTask(static_cast<uint64_t>(t) * kRounds + r + 1,
+                             KeyWithDim(8 * (1 + (t + r) % 2)), &done_);
         auto answer = std::make_shared<absl::Notification>();
         task->on_done = [answer](const absl::Status&, const TaskTimings&) {
           answer->Notify();
