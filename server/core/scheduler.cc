@@ -95,36 +95,78 @@ absl::Status Scheduler::Submit(std::unique_ptr<Task>* task) {
   }
   RejectReason reason;
   absl::Status status;
-  {
+  // Reserve a place, then check accepting_ (see queued_).
+  const int64_t before = queued_.fetch_add(1);
+  if (!accepting_.load()) {
+    reason = RejectReason::kDraining;
+    status = absl::UnavailableError(
+        "scheduler is shutting down and accepts no new requests");
+  } else if (before >= options_.max_queued_requests) {
+    rejected_queue_full_.fetch_add(1, std::memory_order_relaxed);
+    reason = RejectReason::kQueueFull;
+    status = absl::ResourceExhaustedError(absl::StrCat(
+        "request queue is full (max_queued_requests=",
+        options_.max_queued_requests, "); retry later"));
+  } else {
+    Task& t = **task;
+    t.timings.enqueued = clock_->Now();
+    const int64_t bytes = t.bytes();
+    submitted_.fetch_add(1, std::memory_order_relaxed);
+    auto* node = new InboxNode{Entry{std::move(*task), next_seq_.fetch_add(1), bytes}, nullptr};
+    InboxNode* head = inbox_.load(std::memory_order_relaxed);
+    do {
+      node->next = head;
+    } while (!inbox_.compare_exchange_weak(head, node, std::memory_order_seq_cst,
+                                           std::memory_order_relaxed));
+    // Whoever is filing now files this task too (FileInbox re-checks the
+    // inbox after clearing filing_); otherwise this submitter files.
+    if (!filing_.exchange(true)) FileInbox();
+    return absl::OkStatus();
+  }
+  // Refused: give the place back; when that empties the queue, waiters on
+  // queued_ == 0 (Shutdown, exiting lanes) re-check as mu_ is released.
+  if (queued_.fetch_sub(1) == 1) {
     absl::MutexLock lock(&mu_);
-    if (!accepting_) {
-      reason = RejectReason::kDraining;
-      status = absl::UnavailableError(
-          "scheduler is shutting down and accepts no new requests");
-    } else if (queued_ >= options_.max_queued_requests) {
-      ++stats_.rejected_queue_full;
-      reason = RejectReason::kQueueFull;
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "request queue is full (max_queued_requests=",
-          options_.max_queued_requests, "); retry later"));
-    } else {
-      Task& t = **task;
-      t.timings.enqueued = clock_->Now();
-      const int64_t bytes = t.bytes();
-      auto [it, inserted] = queues_.try_emplace(t.key);
-      KeyQueue& q = it->second;
-      if (inserted) q.family = t.key.Family();
-      q.entries.push_back(Entry{std::move(*task), next_seq_++, bytes});
-      q.bytes += bytes;
-      ++queued_;
-      ++family_depth_[q.family];
-      ++stats_.submitted;
-      ReportDepthLocked(q.family);
-      return absl::OkStatus();
-    }
   }
   if (observer_ != nullptr) observer_->OnRejected(reason);
   return status;
+}
+
+void Scheduler::FileInbox() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      DrainInboxLocked();
+    }
+    filing_.store(false);
+    // A Submit that pushed after the drain and found filing_ set left its
+    // task to us: its push precedes its exchange, our store precedes this
+    // load, so one of the two sees the other.
+    if (inbox_.load() == nullptr || filing_.exchange(true)) return;
+  }
+}
+
+void Scheduler::DrainInboxLocked() {
+  InboxNode* node = inbox_.exchange(nullptr, std::memory_order_acquire);
+  InboxNode* fifo = nullptr;  // reversed: oldest first
+  while (node != nullptr) {
+    InboxNode* next = node->next;
+    node->next = fifo;
+    fifo = node;
+    node = next;
+  }
+  while (fifo != nullptr) {
+    std::unique_ptr<InboxNode> n(fifo);
+    fifo = fifo->next;
+    const BatchKey& key = n->entry.task->key;
+    auto [it, inserted] = queues_.try_emplace(key);
+    KeyQueue& q = it->second;
+    if (inserted) q.family = key.Family();
+    q.bytes += n->entry.bytes;
+    q.entries.push_back(std::move(n->entry));
+    ++family_depth_[q.family];
+    ReportDepthLocked(q.family);
+  }
 }
 
 void Scheduler::Shutdown(absl::Duration timeout) {
@@ -133,7 +175,7 @@ void Scheduler::Shutdown(absl::Duration timeout) {
   std::vector<std::unique_ptr<Task>> abandoned;
   {
     absl::MutexLock lock(&mu_);
-    accepting_ = false;
+    accepting_.store(false);
     draining_ = true;
     const absl::Time deadline = clock_->Now() + timeout;
     auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -142,6 +184,7 @@ void Scheduler::Shutdown(absl::Duration timeout) {
     while (queued_ > 0 && clock_->Now() < deadline) {
       clock_->AwaitWithDeadline(&mu_, absl::Condition(&drained), deadline);
     }
+    DrainInboxLocked();
     for (auto it = queues_.begin(); it != queues_.end();) {
       KeyQueue& q = it->second;
       const int64_t n = static_cast<int64_t>(q.entries.size());
@@ -184,14 +227,17 @@ void Scheduler::Shutdown(absl::Duration timeout) {
   shut_down_ = true;
 }
 
-int64_t Scheduler::queued_requests() const {
-  absl::MutexLock lock(&mu_);
-  return queued_;
-}
+int64_t Scheduler::queued_requests() const { return queued_.load(); }
 
 SchedulerStats Scheduler::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  SchedulerStats s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = stats_;
+  }
+  s.submitted = submitted_.load();
+  s.rejected_queue_full = rejected_queue_full_.load();
+  return s;
 }
 
 bool Scheduler::HasUnclaimedWorkLocked() const {
@@ -276,6 +322,7 @@ void Scheduler::LaneLoop(int lane) {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&has_work));
+      DrainInboxLocked();  // what a filer waiting for the lock would file
       if (!PickKeyLocked(&key)) return;  // drained
       if (max_queue_delay_ > absl::ZeroDuration() && !draining_ &&
           refuse.ok()) {

@@ -31,12 +31,22 @@
 // kQueueFull, kDeadline, kCancelled and kDraining; callers must not report
 // those rejections again.
 //
+// Submission: Submit never waits for the queue lock. An accepted task is
+// pushed onto a lock-free inbox, and one submitter at a time (the one that
+// finds nobody filing) takes the lock and files every task waiting there
+// into the per-key queues; lane threads file it too when they take work.
+// Submitters that arrive together (the requests a finished fused batch
+// answered) thus cost one lock hand-off, not one each. Queue depth is
+// reported when tasks are filed; queued_requests() and max_queued_requests
+// count inbox tasks as well.
+//
 // Thread-safety: every public method is thread-safe. The queue lock is held
-// only to queue and dequeue; never while a backend computes or while on_done
+// only to file and dequeue; never while a backend computes or while on_done
 // runs.
 #ifndef CONV1D_SERVER_CORE_SCHEDULER_H_
 #define CONV1D_SERVER_CORE_SCHEDULER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -145,6 +155,11 @@ class Scheduler {
     uint64_t seq;  // submission order; breaks ties between equal times
     int64_t bytes;
   };
+  // An accepted task waiting in the inbox (newest first).
+  struct InboxNode {
+    Entry entry;
+    InboxNode* next;
+  };
   struct KeyQueue {
     std::deque<Entry> entries;
     int64_t bytes = 0;
@@ -160,6 +175,11 @@ class Scheduler {
   // Picks the unclaimed, non-empty queue with the oldest head; returns false
   // when there is none.
   bool PickKeyLocked(BatchKey* key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files every inbox task into its key's queue, in submission order.
+  void DrainInboxLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Run by the submitter that set filing_: drains the inbox under the lock
+  // until it finds the inbox empty after clearing filing_.
+  void FileInbox() ABSL_LOCKS_EXCLUDED(mu_);
   bool HasUnclaimedWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool BatchFullLocked(const KeyQueue& q) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -206,9 +226,20 @@ class Scheduler {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<BatchKey, KeyQueue> queues_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int64_t> family_depth_ ABSL_GUARDED_BY(mu_);
-  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  // Accepted tasks not yet taken by a lane (inbox and queues), plus, for a
+  // moment, the place a Submit reserves before it checks accepting_: a
+  // Submit adds to it and then reads accepting_, Shutdown clears accepting_
+  // and then waits for it to reach 0 (all sequentially consistent), so a
+  // task is either refused or waited for. Decremented under mu_, except by
+  // refused Submits, which then take mu_ once so waiters re-check.
+  std::atomic<int64_t> queued_{0};
+  std::atomic<uint64_t> next_seq_{0};
+  std::atomic<bool> accepting_{true};
+  std::atomic<InboxNode*> inbox_{nullptr};
+  // Set while a submitter is filing the inbox (see FileInbox).
+  std::atomic<bool> filing_{false};
+  std::atomic<int64_t> submitted_{0};
+  std::atomic<int64_t> rejected_queue_full_{0};
   // Set by Shutdown: lanes stop waiting for batches to fill and exit once
   // nothing is queued.
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

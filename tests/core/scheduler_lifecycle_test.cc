@@ -383,5 +383,58 @@ TEST_F(SchedulerLifecycleTest, StressWithFailingBackendAndQueueLimit) {
   EXPECT_EQ(observer_.rejected(RejectReason::kQueueFull), rejected.load());
 }
 
+// Submit never waits for the queue lock (accepted tasks go through an
+// inbox), so its accept check races Shutdown without a lock: every Submit
+// must be either refused (task handed back, on_done never called) or
+// accepted and then answered exactly once, and Shutdown must return.
+TEST_F(SchedulerLifecycleTest, SubmitsRacingShutdownAreRefusedOrAnsweredOnce) {
+  SchedulerOptions o;
+  o.max_batch_requests = 8;
+  o.max_queued_requests = 4096;
+  Make(o, /*lanes=*/3);
+  constexpr int kThreads = 16;
+  std::atomic<int64_t> accepted{0}, refused{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (uint64_t i = 0;; ++i) {
+        const uint64_t tag = (uint64_t(t) << 32) + i + 1;
+        auto task = MakeTask(tag, KeyWithDim(8 * (i % 2 + 1)), &done_);
+        const absl::Status s = sched_->Submit(&task);
+        if (absl::IsResourceExhausted(s)) {  // the lanes are behind: retry
+          ASSERT_NE(task, nullptr);
+          std::this_thread::yield();
+          continue;
+        }
+        if (!s.ok()) {
+          ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+          ASSERT_NE(task, nullptr);
+          ++refused;
+          return;
+        }
+        ++accepted;
+      }
+    });
+  }
+  go = true;
+  absl::SleepFor(absl::Milliseconds(20));
+  sched_->Shutdown();
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), kThreads);
+  EXPECT_GT(accepted.load(), 0);
+  EXPECT_EQ(done_.total_calls(), accepted.load());
+  for (const auto& [tag, outcome] : done_.All()) {
+    ASSERT_EQ(outcome.calls, 1) << "tag " << tag;
+    EXPECT_TRUE(outcome.status.ok()) << outcome.status;
+  }
+  const SchedulerStats st = sched_->stats();
+  EXPECT_EQ(st.submitted, accepted.load());
+  EXPECT_EQ(st.completed, accepted.load());
+  EXPECT_EQ(sched_->queued_requests(), 0);
+  EXPECT_EQ(observer_.rejected(RejectReason::kDraining), kThreads);
+}
+
 }  // namespace
 }  // namespace conv1d
