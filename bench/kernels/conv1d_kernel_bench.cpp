@@ -3,7 +3,10 @@
 // on the shapes of shared/ANCHORS.md plus a 64-request fused launch.
 // Writes bench/results/kernels-<device>-<date>.csv (or the path given as
 // argv[1]) and prints a table with upstream causal-conv1d's %ceil beside
-// ours. Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP[,...]]
+// ours. Beside each case it also times a device-to-device copy of the
+// case's own bytes (half read, half written, rotated over as many buffers
+// as the case), so that the fixed cost a launch of that size pays is
+// visible: pct_of_size_copy = that copy's time over the case's time. Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP[,...]]
 // (--only runs the listed cases, e.g. for a profiler).
 #include <algorithm>
 #include <chrono>
@@ -249,10 +252,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
     return 1;
   }
-  std::fprintf(csv, "case,dtype,op,median_us,gbps,pct_of_copy\n");
+  std::fprintf(csv, "case,dtype,op,median_us,gbps,pct_of_copy,size_copy_us,pct_of_size_copy\n");
   std::printf("device %s, copy ceiling %.0f GB/s (1 GiB D2D, %.1f us)\n", prop.name, copy_gbps, copy_us);
-  std::printf("%-16s %-5s %-7s %10s %8s %7s %9s\n", "case", "dtype", "op", "median_us", "GB/s",
-              "%copy", "upstream%");
+  std::printf("%-16s %-5s %-7s %10s %8s %7s %9s %12s %10s\n", "case", "dtype", "op", "median_us",
+              "GB/s", "%copy", "upstream%", "size_copy_us", "%sizecopy");
   for (const Case& c : cases) {
     const char* dt = c.type == F32 ? "fp32" : "bf16";
     const char* op = c.op == FWD ? "fwd" : c.op == BWD ? "bwd" : "update";
@@ -286,17 +289,39 @@ int main(int argc, char** argv) {
         },
         5, iters);
     CHECK(hipDeviceSynchronize());
-    const double gbps = bytes / (us * 1e3);
-    const double pct = 100.0 * gbps / copy_gbps;
-    std::fprintf(csv, "%s,%s,%s,%.2f,%.1f,%.1f\n", c.name.c_str(), dt, op, us, gbps, pct);
-    const double up = h200 ? c.upstream_h200 : c.upstream_h100;
-    char upbuf[16] = "-";
-    if (up > 0) std::snprintf(upbuf, sizeof upbuf, "%.1f", up);
-    std::printf("%-16s %-5s %-7s %10.2f %8.1f %7.1f %9s\n", c.name.c_str(), dt, op, us, gbps, pct, upbuf);
-    std::fflush(stdout);
     for (auto& in : inst) {
       for (void* b : in.bufs) CHECK(hipFree(b));
     }
+    // The same bytes moved by a plain copy: bytes / 2 read and written,
+    // rotated over `copies` source/destination pairs like the case.
+    const int64_t half = bytes / 2;
+    std::vector<void*> src(copies), dst(copies);
+    for (int i = 0; i < copies; ++i) {
+      src[i] = DevAlloc(half);
+      dst[i] = DevAlloc(half);
+      CHECK(hipMemset(src[i], 1, half));
+    }
+    const double size_copy_us = TimeIt(
+        [&](int i) {
+          CHECK(hipMemcpyAsync(dst[i % copies], src[i % copies], half, hipMemcpyDeviceToDevice,
+                               nullptr));
+        },
+        5, iters);
+    for (int i = 0; i < copies; ++i) {
+      CHECK(hipFree(src[i]));
+      CHECK(hipFree(dst[i]));
+    }
+    const double gbps = bytes / (us * 1e3);
+    const double pct = 100.0 * gbps / copy_gbps;
+    const double pct_size = 100.0 * size_copy_us / us;
+    std::fprintf(csv, "%s,%s,%s,%.2f,%.1f,%.1f,%.2f,%.1f\n", c.name.c_str(), dt, op, us, gbps, pct,
+                 size_copy_us, pct_size);
+    const double up = h200 ? c.upstream_h200 : c.upstream_h100;
+    char upbuf[16] = "-";
+    if (up > 0) std::snprintf(upbuf, sizeof upbuf, "%.1f", up);
+    std::printf("%-16s %-5s %-7s %10.2f %8.1f %7.1f %9s %12.2f %10.1f\n", c.name.c_str(), dt, op,
+                us, gbps, pct, upbuf, size_copy_us, pct_size);
+    std::fflush(stdout);
   }
   std::fclose(csv);
   std::printf("wrote %s\n", out_path.c_str());

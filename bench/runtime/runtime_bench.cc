@@ -6,7 +6,10 @@
 // bytes in and out (H2D and D2H on two streams, overlapping) gives the
 // ceiling, measured before the first mode and after each and taken as the
 // median. Every submitter's first answer per workload is checked against
-// the CPU implementation. Writes
+// the CPU implementation. With --noop_rows it also runs both modes on a
+// backend that computes nothing (`noop-fused`, `noop-unfused`): the same
+// scheduler, lanes and closed-loop submitters with no device work, i.e. the
+// rate the harness itself allows on this host. Writes
 //   bench/results/runtime-<device>-<date>.csv
 // with mode,workload,submitters,throughput_rps,gbps,pct_of_pinned_copy,p50_us,p99_us
 #include <algorithm>
@@ -31,7 +34,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "server/backends/cpu/cpu_conv.h"
 #include "server/backends/gpu/gpu_backend.h"
@@ -70,6 +72,9 @@ ABSL_FLAG(std::string, timeline, "",
           "CSV of every measured batch (lane, start, busy and stage microseconds); empty: none");
 ABSL_FLAG(int, timeline_batches, 200, "batches per mode written to --timeline");
 ABSL_FLAG(std::string, out, "", "CSV path (default bench/results/runtime-<device>-<date>.csv)");
+ABSL_FLAG(bool, noop_rows, true,
+          "also run each workload's fused and unfused modes on a backend that returns at once "
+          "(rows noop-fused / noop-unfused): the closed loop's own ceiling on this host");
 
 namespace conv1d {
 namespace {
@@ -231,8 +236,29 @@ std::string StageSummary(const std::vector<StageObserver::Batch>& v, double wall
       1e6 * d2h / n, 1e6 * (busy - pack - h2d - comp - d2h) / n, busy / wall_s);
 }
 
-Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
-               int32_t max_batch_requests, bool host_memory, int submitters,
+// A backend that computes nothing and returns at once, with as many lanes
+// as the gpu backend: what is left of a closed-loop cycle is the
+// scheduler's and the threads' own hand-offs. Outputs are not written.
+// Thread-safe (no state).
+class NoopBackend final : public Backend {
+ public:
+  explicit NoopBackend(int lanes) : lanes_(lanes) {}
+  const char* name() const override { return "noop"; }
+  std::vector<std::string> devices() const override { return {"noop"}; }
+  int num_lanes() const override { return lanes_; }
+  absl::Status RunBatch(int, const BatchKey&, absl::Span<ConvSegment* const>,
+                        BatchStats*) override {
+    return absl::OkStatus();
+  }
+
+ private:
+  const int lanes_;
+};
+
+// Runs one mode on `backend`; with `check`, every submitter's first answer
+// is compared with the CPU answer.
+Result RunMode(Backend* gpu, const Workload& w, std::vector<InputSet>& sets,
+               int32_t max_batch_requests, bool host_memory, bool check, int submitters,
                StageObserver* stages,
                std::vector<StageObserver::Batch>* timeline) {
   SchedulerOptions so;
@@ -288,7 +314,10 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         seg.weight.cache_id = 1000 + 2 * (s % sets.size());
         seg.bias.cache_id = seg.weight.cache_id + 1;
       }
-      bool checked = false;
+      // Each answer wakes this thread through one futex word, set by on_done
+      // (std::atomic wait/notify): no mutex is taken on either side.
+      std::atomic<uint32_t> answered{0};
+      bool checked = !check;  // nothing to poison or compare when not checking
       absl::Time last_wake = absl::InfinitePast();
       while (phase.load() < 2) {
         if (!checked) {
@@ -300,7 +329,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
         auto task = std::make_unique<Task>();
         task->key = key;
         task->segment = seg;
-        absl::Notification finished;
+        answered.store(0, std::memory_order_relaxed);
         absl::Status outcome;
         TaskTimings timings;
         absl::Time done_at;
@@ -308,7 +337,8 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
           outcome = st;
           timings = t;
           done_at = absl::Now();
-          finished.Notify();
+          answered.store(1, std::memory_order_release);
+          answered.notify_one();
         };
         const absl::Time t0 = absl::Now();
         absl::Status st = (*sched)->Submit(&task);
@@ -316,7 +346,7 @@ Result RunMode(GpuBackend* gpu, const Workload& w, std::vector<InputSet>& sets,
           errors.fetch_add(1);
           continue;
         }
-        finished.WaitForNotification();
+        while (answered.load(std::memory_order_acquire) == 0) answered.wait(0);
         const absl::Time woke = absl::Now();
         const double us = absl::ToDoubleMicroseconds(woke - t0);
         if (phase.load() == 1 && last_wake != absl::InfinitePast()) {
@@ -542,8 +572,8 @@ int Main() {
         continue;
       }
       std::vector<StageObserver::Batch> timeline;
-      const Result r = RunMode(gpu->get(), w, sets, max_req, host_memory, submitters, &stages,
-                               &timeline);
+      const Result r = RunMode(gpu->get(), w, sets, max_req, host_memory, /*check=*/true,
+                               submitters, &stages, &timeline);
       ceilings.push_back(PinnedCopySecondsPerRequest(in, outb, 64));
       rows.push_back({mode, memory, r});
       stage_lines.push_back(absl::StrCat(mode, " ", w.name, " ", memory, ": ",
@@ -557,6 +587,19 @@ int Main() {
                        << b.busy_s * 1e6 << "," << b.pack_s * 1e6 << "," << b.h2d_s * 1e6 << ","
                        << b.compute_s * 1e6 << "," << b.d2h_s * 1e6 << "," << b.requests << "\n";
         }
+      }
+    }
+    if (absl::GetFlag(FLAGS_noop_rows)) {
+      NoopBackend noop((*gpu)->num_lanes());
+      for (const auto& [mode, max_req] :
+           {std::pair<const char*, int>{"noop-fused", 64}, {"noop-unfused", 1}}) {
+        std::vector<StageObserver::Batch> timeline;
+        const Result r = RunMode(&noop, w, sets, max_req, /*host_memory=*/false,
+                                 /*check=*/false, submitters, &stages, &timeline);
+        rows.push_back({mode, "heap", r});
+        stage_lines.push_back(absl::StrCat(mode, " ", w.name, ": ",
+                                           StageSummary(timeline, absl::GetFlag(FLAGS_duration_s))));
+        stage_lines.push_back(absl::StrCat("    ", r.cycle.Summary()));
       }
     }
     std::vector<double> sorted = ceilings;
