@@ -80,10 +80,12 @@ struct GpuBackendOptions {
   // ordered by events). Copies of different lanes then run one after the
   // other in each direction instead of sharing the bus at once, so one
   // lane's outputs move while the next lane's inputs do. false: each lane
-  // queues everything on its own stream. Rounds that copy fewer than
+  // queues everything on its own stream. Rounds whose DMAs move fewer than
   // shared_copy_min_bytes (in plus out) stay on the lane's stream: their
   // copies are short and the cross-stream waits would cost more than the
-  // ordering gains.
+  // ordering gains. Bytes moved by the gather/scatter kernels do not count:
+  // the kernels of several lanes use the bus better at the same time than
+  // one after another (fused decode-fwd: see bench/runtime/README.md).
   bool shared_copy_streams = true;
   int64_t shared_copy_min_bytes = int64_t{1} << 20;
   // Queue a round's DMAs in each direction with one batch call

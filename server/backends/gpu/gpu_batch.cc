@@ -387,10 +387,12 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     // copy streams, events order the three streams.
     const int64_t gather_bytes = ChunkBytes(lane.gather_table, n_gather);
     const int64_t scatter_bytes = ChunkBytes(lane.scatter_table, n_scatter);
-    const bool shared =
-        dev.h2d_stream != nullptr &&
-        gather_bytes + scatter_bytes + JobBytes(h2d) + JobBytes(d2h) >=
-            options_.shared_copy_min_bytes;
+    // Only DMAs decide: the copy engines move one transfer per direction
+    // best, so long ones are ordered on the shared streams, while the
+    // gather/scatter kernels of different lanes read and write the bus at
+    // the same time better than one after another.
+    const bool shared = dev.h2d_stream != nullptr &&
+                        JobBytes(h2d) + JobBytes(d2h) >= options_.shared_copy_min_bytes;
     hipStream_t in_stream = shared ? dev.h2d_stream : lane.stream;
     hipStream_t out_stream = shared ? dev.d2h_stream : lane.stream;
     int64_t h2d_bytes = 0, d2h_bytes = 0;
