@@ -62,7 +62,7 @@ ABSL_FLAG(bool, shared_copy_streams, true,
 ABSL_FLAG(bool, batch_copies, true,
           "gpu backend: queue a round's DMAs per direction with one batch call");
 ABSL_FLAG(int64_t, shared_copy_min_bytes, int64_t{1} << 20,
-          "gpu backend: rounds moving fewer bytes keep their copies on the lane's stream");
+          "gpu backend: rounds whose DMAs move fewer bytes keep their copies on the lane's stream");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "scheduler: how long a lane waits for a fused batch to fill (fused mode only)");
 ABSL_FLAG(int32_t, completion_threads, 4,
