@@ -6,7 +6,8 @@
 // ours. Beside each case it also times a device-to-device copy of the
 // case's own bytes (half read, half written, rotated over as many buffers
 // as the case), so that the fixed cost a launch of that size pays is
-// visible: pct_of_size_copy = that copy's time over the case's time. Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP[,...]]
+// visible: pct_of_size_copy = that copy's time over the case's time.
+// Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP[,...]]
 // (--only runs the listed cases, e.g. for a profiler).
 #include <algorithm>
 #include <chrono>

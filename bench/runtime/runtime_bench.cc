@@ -257,7 +257,7 @@ class NoopBackend final : public Backend {
 
 // Runs one mode on `backend`; with `check`, every submitter's first answer
 // is compared with the CPU answer.
-Result RunMode(Backend* gpu, const Workload& w, std::vector<InputSet>& sets,
+Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
                int32_t max_batch_requests, bool host_memory, bool check, int submitters,
                StageObserver* stages,
                std::vector<StageObserver::Batch>* timeline) {
@@ -266,7 +266,7 @@ Result RunMode(Backend* gpu, const Workload& w, std::vector<InputSet>& sets,
   so.max_queued_requests = 1 << 16;
   so.completion_threads = absl::GetFlag(FLAGS_completion_threads);
   if (max_batch_requests > 1) so.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
-  auto sched = Scheduler::Create(so, gpu, Clock::Real(), stages);
+  auto sched = Scheduler::Create(so, backend, Clock::Real(), stages);
   if (!sched.ok()) {
     std::fprintf(stderr, "%s\n", sched.status().ToString().c_str());
     std::exit(1);
@@ -295,7 +295,7 @@ Result RunMode(Backend* gpu, const Workload& w, std::vector<InputSet>& sets,
         if (seg.initial_states.present()) seg.initial_states.data = in.host_init.get();
         auto out = [&](OutputView& v, std::shared_ptr<void>& keep) {
           if (!v.present()) return;
-          keep = gpu->AllocateHostBuffer(v.bytes);
+          keep = backend->AllocateHostBuffer(v.bytes);
           v.data = keep.get();
         };
         out(seg.y, host_y);
