@@ -1,6 +1,7 @@
 // Forward kernels of the fast path (W = 2..4) over a ragged segment table:
 // channel-first (a 32-lane team per row chunk, 16-byte vectors, halo by
-// shuffles) and channel-last (each thread streams a time chunk of a channel
+// shuffles; short scalar rows a tile of rows at a time through shared
+// memory) and channel-last (each thread streams a time chunk of a channel
 // vector with a register window; 16-bit vectors through a shared-memory
 // ring of asynchronous copies). One launch covers every segment.
 #include <algorithm>
@@ -35,13 +36,125 @@ __device__ __forceinline__ void write_final_cf(const KParams& p, const Conv1dSeg
   }
 }
 
-// A team owns kMax vector slots per lane: either `per_lane` consecutive
-// vectors of one row chunk (kMulti false), or (short rows) one vector of
-// each of several rows, lanes_per_row lanes per row (kMulti true). Data stay
-// in storage format until used; every load is issued before the first use.
-// The left halo (x̃ at pos-(W-1) .. pos-1) comes from the neighbouring lane
-// by shuffle; only the first lane of a chunk or row loads its own.
-template <class T, int N, int W, bool kMulti>
+// Short scalar rows (rows_per_tile > 1, not the vector path): a team owns
+// the tile's rows [base, base + rows) of one segment, at most
+// kMaxPerLaneFwd * kTeam / lanes_per_row of them, each no longer than
+// lanes_per_row (>= 4). The tile's x, y, initial and final states are each
+// one contiguous block, so they move between memory and the team's shared
+// staging in coalesced passes of whole lines, every load issued before the
+// first store; lanes then compute one element per row slot from staging.
+// Whole-line transfers matter most when the tensors live in host memory
+// that the kernel reads and writes in place over the bus, where a lane's own
+// strided row state or a 32-byte piece costs a bus transfer each.
+template <int W>
+inline constexpr int kShortRowStageFloats =
+    detail::kMaxPerLaneFwd * kTeam + detail::kMaxPerLaneFwd * (kTeam / 4) * (W - 1);
+
+template <class T, int W>
+__device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1dSegment& seg,
+                                                   int64_t local, int lane, float* sm) {
+  using S = typename T::S;
+  constexpr int kMax = detail::kMaxPerLaneFwd;
+  constexpr int kH = W - 1;
+  constexpr int kPassesX = kMax;       // rows * L <= kMax * kTeam elements
+  constexpr int kPassesS = kMax / 4 * kH;  // rows * kH <= kMax * kTeam / 4 * kH
+  float* smx = sm;                  // x, then y: [rows][L]
+  float* sms = sm + kMax * kTeam;   // initial states: [rows][kH]
+  const int64_t L = seg.seqlen;
+  const int lpr = seg.lanes_per_row;
+  const int64_t nrows = seg.batch * p.dim;
+  const int64_t base = local * seg.rows_per_tile;
+  const int rows = static_cast<int>(nrows - base < seg.rows_per_tile ? nrows - base
+                                                                     : seg.rows_per_tile);
+  const int nx = rows * static_cast<int>(L);
+  const int ns = rows * kH;
+  const S* xt = static_cast<const S*>(seg.x) + base * L;
+  const S* it = p.has_init ? static_cast<const S*>(seg.initial_states) + base * kH : nullptr;
+
+  gpu_team_sync();  // the team's previous tile is done with sm
+  S xv[kPassesX], iv[kPassesS > 0 ? kPassesS : 1];
+#pragma unroll
+  for (int k = 0; k < kPassesX; ++k) {
+    const int i = lane + k * kTeam;
+    if (i < nx) xv[k] = xt[i];
+  }
+#pragma unroll
+  for (int k = 0; k < kPassesS; ++k) {
+    const int i = lane + k * kTeam;
+    if (it != nullptr && i < ns) iv[k] = it[i];
+  }
+  // Weights: lane l holds those of the tile's row l (slots fetch theirs by
+  // shuffle).
+  float wl[W] = {}, bl = 0.0f;
+  if (lane < rows) {
+    const int64_t d = mod_fast(base + lane, p.dim);
+#pragma unroll
+    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
+    if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
+  }
+#pragma unroll
+  for (int k = 0; k < kPassesX; ++k) {
+    const int i = lane + k * kTeam;
+    if (i < nx) smx[i] = T::to_f(xv[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kPassesS; ++k) {
+    const int i = lane + k * kTeam;
+    if (i < ns) sms[i] = it != nullptr ? T::to_f(iv[k]) : 0.0f;
+  }
+  gpu_team_sync();
+
+  // x̃ at position q of tile row r: x, or the initial state for q < 0.
+  auto xt_at = [&](int r, int64_t q) {
+    return q >= 0 ? smx[r * L + q] : sms[r * kH + kH + q];
+  };
+  const int pos = lane & (lpr - 1);
+  const int rstep = kTeam / lpr;
+  float yv[kMax];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    const int r = lane / lpr + j * rstep;
+    float w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = gpu_shfl(wl[k], r < kTeam ? r : 0, kTeam);
+    const float b = gpu_shfl(bl, r < kTeam ? r : 0, kTeam);
+    yv[j] = 0.0f;
+    if (r < rows && pos < L) {
+      float z = b;
+#pragma unroll
+      for (int k = 0; k < W; ++k) z += w[k] * xt_at(r, pos - kH + k);
+      yv[j] = act_fwd(z, p.silu);
+    }
+  }
+  // Final states: x̃ at L-(W-1) .. L-1 of each row, one coalesced pass.
+  if (p.ret_final) {
+    S* ft = static_cast<S*>(seg.final_states) + base * kH;
+#pragma unroll
+    for (int k = 0; k < kPassesS; ++k) {
+      const int i = lane + k * kTeam;
+      if (i < ns) ft[i] = T::from_f(xt_at(i / kH, L - kH + i % kH));
+    }
+  }
+  gpu_team_sync();  // every read of x from smx is done
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    const int r = lane / lpr + j * rstep;
+    if (r < rows && pos < L) smx[r * L + pos] = yv[j];
+  }
+  gpu_team_sync();
+  S* yt = static_cast<S*>(seg.y) + base * L;
+#pragma unroll
+  for (int k = 0; k < kPassesX; ++k) {
+    const int i = lane + k * kTeam;
+    if (i < nx) yt[i] = T::from_f(smx[i]);
+  }
+}
+
+// A team owns one row chunk: `per_lane` consecutive vectors (slots) per
+// lane. Data stay in storage format until used; every load is issued before
+// the first use. The left halo (x̃ at pos-(W-1) .. pos-1) comes from the
+// neighbouring lane by shuffle; only the chunk's first lane loads its own.
+template <class T, int N, int W>
 __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
@@ -49,42 +162,24 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   constexpr int kH = W - 1;
   constexpr bool kShuffle = N >= kH;
   const int64_t L = seg.seqlen;
-  const int64_t nrows = seg.batch * p.dim;
   const S* x = static_cast<const S*>(seg.x);
   S* y = static_cast<S*>(seg.y);
 
-  // Slot j of this lane: row row0 + j * rstep, in-row offset pos0 + j * pstep.
-  int64_t row0, pos0, rstep, pstep, chunk = 0, nchunks = 1;
-  int V = kMax;
-  bool first;  // this lane's slot 0 starts a chunk (non-multi) or a row (multi)
-  if constexpr (kMulti) {
-    const int lpr = seg.lanes_per_row;
-    row0 = local * seg.rows_per_tile + lane / lpr;
-    pos0 = static_cast<int64_t>(lane & (lpr - 1)) * N;
-    rstep = kTeam / lpr;
-    pstep = 0;
-    first = pos0 == 0;
-  } else {
-    V = seg.per_lane;
-    nchunks = seg.nchunks;
-    row0 = div_fast(local, nchunks);
-    chunk = local - row0 * nchunks;
-    pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
-    rstep = 0;
-    pstep = kTeam * N;
-    first = lane == 0;
-  }
-  const S* xb = x + row0 * L + pos0;
-  const int64_t jstride = rstep * L + pstep;
+  // Slot j of this lane: in-row offset pos0 + j * kTeam * N.
+  const int V = seg.per_lane;
+  const int64_t nchunks = seg.nchunks;
+  const int64_t row0 = div_fast(local, nchunks);
+  const int64_t chunk = local - row0 * nchunks;
+  const int64_t pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
+  const int64_t jstride = kTeam * N;
+  const bool first = lane == 0;
   bool on[kMax];
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) {
-    on[j] = (kMulti ? row0 + j * rstep < nrows : j < V) && pos0 + j * pstep < L;
-  }
-  // hist: the halos this lane loads itself (all slots on the scalar path;
-  // slot 0 of a chunk's first lane otherwise). Short rows start at 0, where
-  // the halo is the initial state, read only when used.
+  for (int j = 0; j < kMax; ++j) on[j] = j < V && pos0 + j * jstride < L;
+  // hist: the halos this lane loads itself (every slot on the scalar path;
+  // slot 0 of the chunk's first lane otherwise).
   constexpr int kOwn = kShuffle ? 1 : kMax;
+  const S* xb = x + row0 * L + pos0;
   S xs[kMax][N];
   float hist[kOwn][kH];
 #pragma unroll
@@ -100,35 +195,20 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   for (int j = 0; j < kOwn; ++j) {
 #pragma unroll
     for (int i = 0; i < kH; ++i) hist[j][i] = 0.0f;
-    if (on[j] && (!kShuffle || (!kMulti && first))) {
-      const int64_t r = row0 + j * rstep;
-      load_left<T, N, W>(p, seg, x + r * L, r, pos0 + j * pstep, hist[j]);
+    if (on[j] && (!kShuffle || first)) {
+      load_left<T, N, W>(p, seg, x + row0 * L, row0, pos0 + j * jstride, hist[j]);
     }
   }
-  // Weights: one row per lane for short rows (lane l holds the tile's row
-  // l, at most 32 rows; slots fetch theirs by shuffle), else the row's own.
-  float w[W] = {}, bias = 0.0f;
+  float w[W], bias = 0.0f;
   {
-    const int64_t wr = kMulti ? local * seg.rows_per_tile + lane : row0;
-    if (!kMulti || (lane < seg.rows_per_tile && wr < nrows)) {
-      const int64_t d = mod_fast(wr, p.dim);
+    const int64_t d = mod_fast(row0, p.dim);
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-      if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
-    }
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
   }
-  float wl[W], bl = bias;
-#pragma unroll
-  for (int k = 0; k < W; ++k) wl[k] = w[k];
   S* yb = y + row0 * L + pos0;
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
-    if constexpr (kMulti) {
-      const int srcw = j * static_cast<int>(rstep) + lane / seg.lanes_per_row;
-#pragma unroll
-      for (int k = 0; k < W; ++k) w[k] = gpu_shfl(wl[k], srcw, kTeam);
-      bias = gpu_shfl(bl, srcw, kTeam);
-    }
     float xf[N + kH];  // x̃ at pos-(W-1) .. pos+N-1
 #pragma unroll
     for (int e = 0; e < N; ++e) xf[kH + e] = T::to_f(xs[j][e]);
@@ -138,17 +218,9 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
       for (int i = 0; i < kH; ++i) {
         float give = xf[N + i];  // own tail: x̃ at pos+N-(W-1)+i
         // Lane 31 also feeds lane 0 of the next slot of the same chunk.
-        if (!kMulti && j > 0 && lane == kTeam - 1) give = T::to_f(xs[j - 1][N - kH + i]);
+        if (j > 0 && lane == kTeam - 1) give = T::to_f(xs[j - 1][N - kH + i]);
         const float got = gpu_shfl(give, src, kTeam);
-        if constexpr (kMulti) {
-          float own = 0.0f;
-          if (first && on[j] && p.has_init) {
-            own = T::to_f(static_cast<const S*>(seg.initial_states)[(row0 + j * rstep) * kH + i]);
-          }
-          xf[i] = first ? own : got;
-        } else {
-          xf[i] = (first && j == 0) ? hist[0][i] : got;
-        }
+        xf[i] = (first && j == 0) ? hist[0][i] : got;
       }
     } else {
 #pragma unroll
@@ -166,14 +238,7 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
       store_f<T, N>(yb + j * jstride, out);
     }
   }
-  if (p.ret_final) {
-#pragma unroll
-    for (int j = 0; j < kMax; ++j) {
-      const int64_t r = row0 + j * rstep;
-      const bool rowv = kMulti ? (first && r < nrows) : (lane == 0 && j == 0 && chunk == nchunks - 1);
-      if (rowv) write_final_cf<T, W>(p, seg, x + r * L, r);
-    }
-  }
+  if (p.ret_final && first && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, x + row0 * L, row0);
 }
 
 // Long rows of 16-bit elements on the vector path (is_stream_tile): a team
@@ -409,6 +474,7 @@ __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
 
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KParams p) {
+  __shared__ float stage[kTeamsPerBlock][kShortRowStageFloats<W>];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   auto run = [&](int64_t tile) {
@@ -416,10 +482,10 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KPara
     if (is_stream_tile<T>(seg) || is_short_tile(seg)) return;
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
-      if constexpr (sizeof(typename T::S) != 2) fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
+      if constexpr (sizeof(typename T::S) != 2) fwd_cf_team<T, kVecElts<T>, W>(p, seg, local, lane);
     } else {
-      if (seg.rows_per_tile > 1) fwd_cf_team<T, 1, W, true>(p, seg, local, lane);
-      else fwd_cf_team<T, 1, W, false>(p, seg, local, lane);
+      if (seg.rows_per_tile > 1) fwd_cf_rows_staged<T, W>(p, seg, local, lane, stage[team]);
+      else fwd_cf_team<T, 1, W>(p, seg, local, lane);
     }
   };
   if constexpr (sizeof(typename T::S) == 2) {

@@ -29,6 +29,14 @@ int32_t ChoosePath(const Conv1dProblem& p) {
 
 }  // namespace
 
+bool Conv1dStreamsInPlace(const Conv1dProblem& p, int64_t seqlen) {
+  // The planner's short scalar rows (fwd_cf_rows_staged): one chunk of one
+  // element per lane, and a length the vector path never takes.
+  const int64_t ne = 16 / ElemBytes(p.x_type);
+  return p.op == KernelOp::kForward && ChoosePath(p) == kPathFastChannelFirst &&
+         seqlen >= 1 && seqlen <= kTeam && seqlen % ne != 0;
+}
+
 hipError_t Conv1dCanImplement(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {
   if (segs == nullptr || n < 1) return hipErrorInvalidValue;
   if (!ValidType(p.x_type) || !ValidType(p.weight_type) || !ValidType(p.grad_weight_type)) {

@@ -32,6 +32,9 @@ __device__ __forceinline__ T gpu_shfl_xor(T v, int mask, int width) { return __s
 __device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
   return static_cast<unsigned>(__ballot(pred) >> (__lane_id() & 32));
 }
+// Orders the team's shared-memory writes before its later reads (a
+// wavefront runs in lockstep; this stops the compiler moving them across).
+__device__ __forceinline__ void gpu_team_sync() { __builtin_amdgcn_wave_barrier(); }
 #endif
 
 #else  // CUDA
@@ -94,6 +97,9 @@ __device__ __forceinline__ T gpu_shfl_xor(T v, int mask, int width) {
 __device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
   return __ballot_sync(0xffffffffu, pred);
 }
+// Barrier of the caller's team with shared-memory ordering; every lane must
+// call it.
+__device__ __forceinline__ void gpu_team_sync() { __syncwarp(); }
 #endif
 
 #endif  // platform

@@ -385,6 +385,51 @@ TEST(Conv1dGpu, ShortRowTiles) {
   }
 }
 
+// Which segments the kernel moves in whole-line passes (what lets the GPU
+// backend leave their tensors in host memory): the forward's short scalar
+// rows only. Host code; needs no device.
+TEST(Conv1dGpu, StreamsInPlaceOnlyForShortScalarForwardRows) {
+  auto problem = [](KernelOp op, ScalarType t, KernelLayout layout, int W) {
+    return MakeProblem(op, Pair{t, t}, layout, 64, W, 0x0c);
+  };
+  const auto f32 = ScalarType::kF32, bf16 = ScalarType::kBF16;
+  const auto cf = KernelLayout::kChannelFirst, cl = KernelLayout::kChannelLast;
+  for (int64_t L : {1, 2, 3, 5, 31}) {
+    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L)) << L;
+    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 2), L)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kBackward, f32, cf, 4), L)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 4), L)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cl, 4), L)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 7), L)) << L;
+  }
+  // Whole vectors (the vector path) and rows longer than a team.
+  for (int64_t L : {4, 8, 32, 33, 1000}) {
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L)) << L;
+  }
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 16));
+  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 12));
+}
+
+// Short scalar rows (lengths 1..31 that are not whole vectors, so one
+// element per lane, a tile of up to 32 rows staged through shared memory):
+// every dtype pair, W = 2..4, rows shorter and longer than W-1, states and
+// bias/SiLU on and off, D = 37 so tiles end inside a batch row and a launch
+// mixes lengths. Matches the reference; requests alone give the same bytes.
+TEST(Conv1dGpu, ShortScalarRowsForward) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t shapes[][2] = {{3, 1}, {1, 2}, {2, 3}, {1, 5}, {4, 7}, {1, 1}, {2, 17}, {1, 31}};
+  for (const Pair& pr : kPairs) {
+    for (int W : {2, 3, 4}) {
+      for (uint32_t bits : {0x0fu, 0x0cu, 0x03u}) {
+        const Conv1dProblem p =
+            MakeProblem(KernelOp::kForward, pr, KernelLayout::kChannelFirst, 37, W, bits);
+        ExpectFusedMatchesAlone(p, MakeSegments(p, shapes, rng), {0, 3, 7});
+      }
+    }
+  }
+}
+
 // Short-row forward of a launch of about 240000 rows (D = 1000, so tiles
 // end inside a request) with a long-row request in between: rows of 1 to
 // 32 vectors, every dtype pair, W = 2..4, every feature on and off.
