@@ -46,7 +46,7 @@ ABSL_FLAG(double, duration_s, 3.0, "measured seconds per (mode, workload)");
 ABSL_FLAG(double, warmup_s, 1.0, "unmeasured seconds before each measurement");
 ABSL_FLAG(int, submitters, 64, "closed-loop submitter threads");
 ABSL_FLAG(std::string, workloads, "decode-fwd,small-fwd,large-fwd,large-bwd",
-          "comma list of workloads");
+          "comma list of workloads (also: decode-bf16, chunk-fwd)");
 ABSL_FLAG(int, lanes_per_device, 4, "gpu backend lanes per device");
 ABSL_FLAG(std::string, request_memory, "both",
           "where request tensors live: host-pool (GpuBackend::AllocateHostBuffer, page-locked), "
@@ -57,6 +57,9 @@ ABSL_FLAG(int64_t, direct_copy_bytes, int64_t{256} << 10,
 ABSL_FLAG(bool, gather_small_host_tensors, true,
           "gpu backend: move small host-pool tensors by the gather/scatter copy kernels "
           "(false: pack them through staging)");
+ABSL_FLAG(bool, in_place_host_tensors, true,
+          "gpu backend: the kernel reads and writes small host-pool tensors of short forward "
+          "rows (decode steps) in place");
 ABSL_FLAG(bool, shared_copy_streams, true,
           "gpu backend: one H2D and one D2H stream per device shared by the lanes");
 ABSL_FLAG(bool, batch_copies, true,
@@ -93,6 +96,10 @@ Workload WorkloadByName(const std::string& n) {
   if (n == "small-fwd") return {n, Op::kForward, DType::kF32, 1, 2048, 128, false, false};
   if (n == "large-fwd") return {n, Op::kForward, DType::kBF16, 4, 2048, 2048, false, false};
   if (n == "large-bwd") return {n, Op::kBackward, DType::kBF16, 4, 2048, 2048, false, false};
+  // Not in the default set: decode in bf16, and short prefill chunks
+  // (vector-path short rows, with states).
+  if (n == "decode-bf16") return {n, Op::kForward, DType::kBF16, 1, 5120, 1, true, true};
+  if (n == "chunk-fwd") return {n, Op::kForward, DType::kF32, 1, 1024, 32, true, true};
   std::fprintf(stderr, "unknown workload '%s'\n", n.c_str());
   std::exit(2);
 }
@@ -495,6 +502,7 @@ int Main() {
   go.lanes_per_device = absl::GetFlag(FLAGS_lanes_per_device);
   go.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
   go.gather_small_host_tensors = absl::GetFlag(FLAGS_gather_small_host_tensors);
+  go.in_place_host_tensors = absl::GetFlag(FLAGS_in_place_host_tensors);
   go.direct_copy_bytes = absl::GetFlag(FLAGS_direct_copy_bytes);
   go.shared_copy_streams = absl::GetFlag(FLAGS_shared_copy_streams);
   go.shared_copy_min_bytes = absl::GetFlag(FLAGS_shared_copy_min_bytes);

@@ -196,11 +196,13 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
 // the CPU's, nothing is allocated, and with gathering on no request tensor
 // passes through staging.
 // Parameters: gather_small_host_tensors, whether every round's copies go
-// through the device's shared copy streams (else the lane's own stream), and
-// whether a round's DMAs are queued in one batch call.
+// through the device's shared copy streams (else the lane's own stream),
+// whether a round's DMAs are queued in one batch call, and
+// in_place_host_tensors (the forward kernel then uses the short request's
+// host-pool tensors where they are).
 class GpuBackendHostPoolTest
     : public GpuBackendTest,
-      public ::testing::WithParamInterface<std::tuple<bool, bool, bool>> {};
+      public ::testing::WithParamInterface<std::tuple<bool, bool, bool, bool>> {};
 
 TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) {
   GpuBackendOptions opt;
@@ -212,6 +214,8 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
   opt.gather_small_host_tensors = gather;
   opt.shared_copy_streams = std::get<1>(GetParam());
   opt.batch_copies = std::get<2>(GetParam());
+  const bool in_place = std::get<3>(GetParam());
+  opt.in_place_host_tensors = in_place;
   opt.shared_copy_min_bytes = 0;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -262,6 +266,14 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
     } else {
       EXPECT_GT(stats.staged_bytes, weight_bytes);
     }
+    // The forward's short request (L = 3, scalar rows) is used in place
+    // exactly when asked for; the other ops never are.
+    if (gather && in_place && key.op == Op::kForward) {
+      EXPECT_GT(stats.in_place_bytes, 0);
+      EXPECT_LE(stats.in_place_bytes, stats.h2d_bytes + stats.d2h_bytes);
+    } else {
+      EXPECT_EQ(stats.in_place_bytes, 0);
+    }
     auto bytes_of = [](const OutputView& v) {
       const auto* p = static_cast<const uint8_t*>(v.data);
       return v.present() ? std::vector<uint8_t>(p, p + v.bytes) : std::vector<uint8_t>();
@@ -283,7 +295,7 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
 
 INSTANTIATE_TEST_SUITE_P(GatheredOrStaged, GpuBackendHostPoolTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
-                                            ::testing::Bool()));
+                                            ::testing::Bool(), ::testing::Bool()));
 
 // When the host pool has no room, AllocateHostBuffer still answers (from
 // ordinary memory) and the observer hears the miss; the pool's bytes in use

@@ -75,6 +75,14 @@ struct GpuBackendOptions {
   // buffer and scatters the outputs back, reading and writing the bus
   // directly; otherwise they are packed through staging like heap tensors.
   bool gather_small_host_tensors = true;
+  // With in_place_host_tensors, requests whose activations and states the
+  // kernel moves in whole-line passes (kernels::Conv1dStreamsInPlace: short
+  // forward rows such as decode steps) keep their small host-pool tensors
+  // where they are: the fused kernel reads and writes them over the bus and
+  // neither copy kernel runs for them, so a fused decode round is one table
+  // copy and one launch. Needs what gathering needs; weights are never used
+  // in place (every tile of a row reads them).
+  bool in_place_host_tensors = true;
   // Queue every lane's host-to-device work on one stream per device and its
   // device-to-host work on another (the kernels stay on the lane's stream,
   // ordered by events). Copies of different lanes then run one after the

@@ -253,6 +253,15 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
   auto gathered = [&](const void* p, int64_t bytes) {
     return gather_small_host_tensors_ && in_pool(p, bytes);
   };
+  // Segments whose activations and states the kernel moves in whole-line
+  // passes (short forward rows, e.g. decode steps) keep their small
+  // host-pool tensors where they are: the fused kernel reads and writes them
+  // over the bus, with no copy at all.
+  const bool in_place_ok = gather_small_host_tensors_ && options_.in_place_host_tensors;
+  auto in_place = [&](const ConvSegment& seg, const void* p, int64_t bytes) {
+    return in_place_ok && bytes < options_.direct_copy_bytes && in_pool(p, bytes) &&
+           kernels::Conv1dStreamsInPlace(problem, seg.seqlen);
+  };
   std::vector<CopyJob> pack, unpack, direct_in, direct_out, h2d, d2h;
   std::vector<Range> h2d_runs, d2h_runs;
   for (const gpu::Round& round : *rounds) {
@@ -265,6 +274,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     h2d_runs.assign(1, Range{round.table_offset, round.table_bytes});
     d2h_runs.clear();
     int32_t n_gather = 0, n_scatter = 0;
+    // Bytes the kernel reads from and writes to the host pool in place.
+    int64_t in_place_in = 0, in_place_out = 0;
     auto dev_ptr = [&](int64_t off) -> char* { return off < 0 ? nullptr : lane.buffer + off; };
     for (size_t p = 0; p < round.pieces.size(); ++p) {
       const gpu::Piece& pc = round.pieces[p];
@@ -272,10 +283,16 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       const ConvSegment& seg = *segments[pc.segment];
       const gpu::PieceBytes row = gpu::BytesOfPiece(key, seg, 1);
       const gpu::PieceBytes all = gpu::BytesOfPiece(key, seg, pc.b_count);
+      // Each returns the address the kernel uses for the tensor: its slot in
+      // the lane buffer, or the request's own memory when used in place.
       auto stage = [&](int64_t slot, const TensorView& v, int64_t row_bytes,
-                       int64_t bytes) {
-        if (slot < 0) return;
+                       int64_t bytes, bool may_use_in_place) -> const void* {
+        if (slot < 0) return nullptr;
         const char* src = static_cast<const char*>(v.data) + pc.b_begin * row_bytes;
+        if (may_use_in_place && in_place(seg, src, bytes)) {
+          in_place_in += bytes;
+          return src;
+        }
         if (direct(src, bytes)) {
           direct_in.push_back({lane.buffer + slot, src, bytes});
         } else if (!gathered(src, bytes) ||
@@ -284,13 +301,19 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
           pack.push_back({lane.pinned + slot, src, bytes});
           h2d_runs.push_back({slot, bytes});
         }
+        return lane.buffer + slot;
       };
       // Outputs: the same choice, made now so that the copies can be queued
       // behind the kernel; staged ones are unpacked after the round.
       auto stage_out = [&](int64_t slot, const OutputView& v, int64_t row_bytes,
-                           int64_t bytes) {
-        if (slot < 0 || !v.present()) return;
+                           int64_t bytes) -> void* {
+        if (slot < 0) return nullptr;
+        if (!v.present()) return lane.buffer + slot;
         char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
+        if (in_place(seg, dst, bytes)) {
+          in_place_out += bytes;
+          return dst;
+        }
         if (direct(dst, bytes)) {
           direct_out.push_back({dst, lane.buffer + slot, bytes});
         } else if (!gathered(dst, bytes) ||
@@ -299,19 +322,23 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
           d2h_runs.push_back({slot, bytes});
           unpack.push_back({dst, lane.pinned + slot, bytes});
         }
+        return lane.buffer + slot;
       };
-      stage_out(sl.y, seg.y, row.x, all.x);
-      stage_out(sl.dx, seg.dx, row.x, all.x);
-      stage_out(sl.final_states, seg.final_states, row.state, all.state);
-      stage_out(sl.dinitial_states, seg.dinitial_states, row.state, all.state);
-      stage_out(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state);
+      kernels::Conv1dSegment& t = lane.table[p];
+      t.y = stage_out(sl.y, seg.y, row.x, all.x);
+      t.dx = stage_out(sl.dx, seg.dx, row.x, all.x);
+      t.final_states = stage_out(sl.final_states, seg.final_states, row.state, all.state);
+      t.dinitial_states =
+          stage_out(sl.dinitial_states, seg.dinitial_states, row.state, all.state);
+      t.conv_state_out =
+          stage_out(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state);
       if (sl.dweight >= 0) d2h_runs.push_back({sl.dweight, all.dweight});
       if (sl.dbias >= 0) d2h_runs.push_back({sl.dbias, all.dbias});
-      stage(sl.x, seg.x, row.x, all.x);
-      stage(sl.dout, seg.dout, row.x, all.x);
-      stage(sl.initial_states, seg.initial_states, row.state, all.state);
-      stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state);
-      stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state);
+      t.x = stage(sl.x, seg.x, row.x, all.x, true);
+      t.dout = stage(sl.dout, seg.dout, row.x, all.x, true);
+      t.initial_states = stage(sl.initial_states, seg.initial_states, row.state, all.state, true);
+      t.dfinal_states = stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state, true);
+      t.conv_state = stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state, true);
       if (convert_weights) {  // small: [D, W] and [D], staged as fp32
         if (sl.weight >= 0) {
           float* w = reinterpret_cast<float*>(lane.pinned + sl.weight);
@@ -328,27 +355,16 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
           h2d_runs.push_back({sl.bias, key.dim * 4});
         }
       } else {
-        stage(sl.weight, seg.weight, 0, all.weight);
-        stage(sl.bias, seg.bias, 0, all.bias);
+        // Weights are read by every tile of a row: never in place.
+        stage(sl.weight, seg.weight, 0, all.weight, false);
+        stage(sl.bias, seg.bias, 0, all.bias, false);
       }
-
-      kernels::Conv1dSegment& t = lane.table[p];
-      t.x = dev_ptr(sl.x);
-      t.dout = dev_ptr(sl.dout);
-      t.initial_states = dev_ptr(sl.initial_states);
-      t.dfinal_states = dev_ptr(sl.dfinal_states);
-      t.conv_state = dev_ptr(sl.conv_state);
       t.weight = on_device[pc.segment] ? cached[pc.segment].weight : dev_ptr(sl.weight);
       t.bias = !key.has_bias ? nullptr
                : on_device[pc.segment] ? cached[pc.segment].bias
                                        : dev_ptr(sl.bias);
-      t.y = dev_ptr(sl.y);
-      t.final_states = dev_ptr(sl.final_states);
-      t.dx = dev_ptr(sl.dx);
       t.dweight = dev_ptr(sl.dweight);
       t.dbias = dev_ptr(sl.dbias);
-      t.dinitial_states = dev_ptr(sl.dinitial_states);
-      t.conv_state_out = dev_ptr(sl.conv_state_out);
       t.batch = pc.b_count;
       t.seqlen = seg.seqlen;
       t.state_len = seg.state_len;
@@ -445,8 +461,9 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     stats->h2d_seconds += ms[0] * 1e-3;
     stats->compute_seconds += ms[1] * 1e-3;
     stats->d2h_seconds += ms[2] * 1e-3;
-    stats->h2d_bytes += h2d_bytes;
-    stats->d2h_bytes += d2h_bytes;
+    stats->h2d_bytes += h2d_bytes + in_place_in;
+    stats->d2h_bytes += d2h_bytes + in_place_out;
+    stats->in_place_bytes += in_place_in + in_place_out;
     stats->launches += 1;
 
     // Unpack: staged outputs to the requests, weight gradients converted or
