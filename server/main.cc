@@ -83,6 +83,9 @@ ABSL_FLAG(int64_t, max_queue_delay_us, 0,
 ABSL_FLAG(int32_t, completion_threads, 4,
           "threads that share out the completions (response serialization and "
           "call finish) of fused batches with the lane, 0..64; 0 = lanes do it all");
+ABSL_FLAG(int32_t, completion_chunk, 8,
+          "fewest completions of a fused batch handed to one completion thread, "
+          "1..4096 (a batch of fewer than twice this stays on the lane)");
 ABSL_FLAG(int32_t, max_queued_requests, 4096,
           "requests queued before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{1} << 30,
@@ -294,6 +297,7 @@ int main(int argc, char** argv) {
   options.scheduler.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
   options.scheduler.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   options.scheduler.completion_threads = absl::GetFlag(FLAGS_completion_threads);
+  options.scheduler.completion_chunk = absl::GetFlag(FLAGS_completion_chunk);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
@@ -318,7 +322,7 @@ int main(int argc, char** argv) {
       "conv1d_server {} serving: backend={} devices=[{}] grpc={} (port {}) "
       "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
       "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
-      "completion_threads={} host_pool_bytes={} host_tensors={} host_tensor_min_bytes={} "
+      "completion_threads={} completion_chunk={} host_pool_bytes={} host_tensors={} host_tensor_min_bytes={} "
       "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
       "drain_grace_ms={} max_connection_age_s={} max_connection_age_grace_s={} "
       "log_level={} log_format={} access_log={} malloc_arena_max={}",
@@ -327,7 +331,8 @@ int main(int argc, char** argv) {
       metrics, s.backend().num_lanes(), absl::GetFlag(FLAGS_threads),
       absl::GetFlag(FLAGS_max_batch_bytes), absl::GetFlag(FLAGS_max_batch_requests),
       absl::GetFlag(FLAGS_max_queue_delay_us), absl::GetFlag(FLAGS_max_queued_requests),
-      absl::GetFlag(FLAGS_completion_threads), absl::GetFlag(FLAGS_host_pool_bytes),
+      absl::GetFlag(FLAGS_completion_threads), absl::GetFlag(FLAGS_completion_chunk),
+      absl::GetFlag(FLAGS_host_pool_bytes),
       absl::GetFlag(FLAGS_host_tensors), absl::GetFlag(FLAGS_host_tensor_min_bytes), absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
       drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
       absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,

@@ -30,8 +30,8 @@ struct BatchStats {
   int64_t d2h_bytes = 0;
   // Bytes the host copied into or out of staging (pack + unpack).
   int64_t staged_bytes = 0;
-  // Of h2d_bytes and d2h_bytes: those a kernel read or wrote in host
-  // memory where the request keeps them, with no copy.
+  // Bytes a kernel read or wrote in host memory where the request keeps
+  // them, with no copy (not in h2d_bytes or d2h_bytes).
   int64_t in_place_bytes = 0;
   int32_t launches = 0;  // kernel launches (or CPU passes) used
 };

@@ -54,6 +54,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
         "completion_threads must be in [0, ", kMaxCompletionThreads, "], got ",
         options.completion_threads));
   }
+  if (options.completion_chunk < 1 || options.completion_chunk > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "completion_chunk must be in [1, 4096], got ", options.completion_chunk));
+  }
   if (backend == nullptr) return absl::InvalidArgumentError("backend is null");
   if (clock == nullptr) return absl::InvalidArgumentError("clock is null");
   const int num_lanes = backend->num_lanes();
@@ -468,10 +472,11 @@ void Scheduler::FinishTasks(std::vector<std::unique_ptr<Task>> tasks,
   const int n = static_cast<int>(tasks.size());
   const int helpers = options_.completion_threads;
   int own_begin = 0;  // the lane's share: tasks[own_begin, n)
-  if (helpers > 0 && n >= 2 * kCompletionChunk) {
+  const int min_chunk = options_.completion_chunk;
+  if (helpers > 0 && n >= 2 * min_chunk) {
     // Chunk c is tasks [n * c / chunks, n * (c + 1) / chunks): each holds at
-    // least kCompletionChunk tasks; the lane keeps the last.
-    const int chunks = std::min(helpers + 1, n / kCompletionChunk);
+    // least min_chunk tasks; the lane keeps the last.
+    const int chunks = std::min(helpers + 1, n / min_chunk);
     own_begin = n * (chunks - 1) / chunks;
     absl::MutexLock lock(&completion_mu_);
     for (int c = 0; c + 1 < chunks; ++c) {

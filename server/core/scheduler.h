@@ -85,16 +85,16 @@ struct SchedulerOptions {
   // Default 4096; valid range 1..16'777'216; otherwise INVALID_ARGUMENT.
   int32_t max_queued_requests = 4096;
   // Threads that call on_done for the tasks of fused batches alongside the
-  // lane: a batch of at least 2 * kCompletionChunk tasks is cut into chunks
-  // of at least kCompletionChunk; the lane finishes one and these threads
+  // lane: a batch of at least 2 * completion_chunk tasks is cut into chunks
+  // of at least completion_chunk; the lane finishes one and these threads
   // the others, while the lane goes on to its next batch. 0: lanes call
   // every on_done themselves.
   // Default 4; valid range 0..64; otherwise INVALID_ARGUMENT.
   int32_t completion_threads = 4;
+  // Fewest tasks whose on_done calls a completion thread takes at once.
+  // Default 8; valid range 1..4096; otherwise INVALID_ARGUMENT.
+  int32_t completion_chunk = 8;
 };
-
-// Fewest tasks whose on_done calls a completion thread takes at once.
-inline constexpr int kCompletionChunk = 8;
 
 struct SchedulerStats {
   int64_t submitted = 0;   // Submit calls that returned OK

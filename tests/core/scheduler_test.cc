@@ -229,8 +229,8 @@ TEST_F(SchedulerTest, SmallBatchesAndZeroCompletionThreadsFinishOnTheLane) {
     Completions done;
     BlockLane(&done);
     OnDoneThreads threads;
-    // Below 2 * kCompletionChunk tasks no chunk is handed off.
-    const int tasks = helpers == 0 ? 64 : 2 * kCompletionChunk - 1;
+    // Below 2 * completion_chunk tasks no chunk is handed off.
+    const int tasks = helpers == 0 ? 64 : 2 * o.completion_chunk - 1;
     for (int tag = 1; tag <= tasks; ++tag) {
       auto task = MakeTask(tag, KeyWithDim(8), &done);
       threads.Wrap(task.get());
@@ -279,6 +279,40 @@ TEST_F(SchedulerTest, CompletionThreadsOutsideTheirRangeAreRejected) {
     EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
     EXPECT_NE(s.status().message().find("completion_threads"), std::string::npos);
   }
+  for (int n : {0, 4097}) {
+    SchedulerOptions o;
+    o.completion_chunk = n;
+    auto s = Scheduler::Create(o, backend_.get(), &clock_, &observer_);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
+    EXPECT_NE(s.status().message().find("completion_chunk"), std::string::npos);
+  }
+}
+
+// A smaller completion_chunk hands off smaller batches: 6 tasks with a
+// chunk of 2 reach the completion threads (more than the lane's one
+// thread calls on_done).
+TEST_F(SchedulerTest, SmallCompletionChunkSharesOutSmallBatches) {
+  SchedulerOptions o;
+  o.max_batch_requests = 64;
+  o.completion_threads = 4;
+  o.completion_chunk = 2;
+  Make(o);
+  Completions done;
+  BlockLane(&done);
+  OnDoneThreads threads;
+  const int tasks = 6;
+  for (int tag = 1; tag <= tasks; ++tag) {
+    auto task = MakeTask(tag, KeyWithDim(8), &done);
+    threads.Wrap(task.get());
+    Submit(std::move(task));
+  }
+  backend_->Unblock();
+  ASSERT_TRUE(done.AwaitCalls(tasks + 1));
+  sched_->Shutdown();
+  EXPECT_GT(threads.count(), 1u);
+  for (int tag = 1; tag <= tasks; ++tag) EXPECT_EQ(done.Get(tag).calls, 1) << tag;
+  sched_.reset();
 }
 
 TEST_F(SchedulerTest, MaxBatchRequestsOfOneDisablesFusion) {

@@ -30,7 +30,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
         "--max_batch_bytes", "--max_batch_requests", "--max_queue_delay_us",
         "--max_queued_requests", "--max_message_bytes", "--drain_timeout_s",
         "--max_connection_age_s", "--max_connection_age_grace_s",
-        "--log_level", "--log_format", "--access_log", "--completion_threads",
+        "--log_level", "--log_format", "--access_log", "--completion_threads", "--completion_chunk",
         "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes",
         "--malloc_arena_max"}) {
     EXPECT_THAT(out, HasSubstr(flag));
@@ -48,6 +48,7 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--access_log=/nonexistent-dir/access.log"}, "--access_log: cannot open"},
       {{"--max_batch_requests=0"}, "max_batch_requests"},
       {{"--completion_threads=65"}, "completion_threads"},
+      {{"--completion_chunk=0"}, "completion_chunk"},
       {{"--host_tensors=maybe"}, "--host_tensors: 'maybe' is not auto, always or never"},
       {{"--host_tensor_min_bytes=-2"}, "host_tensor_min_bytes"},
       {{"--host_pool_bytes=-2"}, "host_pool_bytes"},

@@ -461,8 +461,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     stats->h2d_seconds += ms[0] * 1e-3;
     stats->compute_seconds += ms[1] * 1e-3;
     stats->d2h_seconds += ms[2] * 1e-3;
-    stats->h2d_bytes += h2d_bytes + in_place_in;
-    stats->d2h_bytes += d2h_bytes + in_place_out;
+    stats->h2d_bytes += h2d_bytes;
+    stats->d2h_bytes += d2h_bytes;
     stats->in_place_bytes += in_place_in + in_place_out;
     stats->launches += 1;
 
