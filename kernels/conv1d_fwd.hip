@@ -39,16 +39,22 @@ __device__ __forceinline__ void write_final_cf(const KParams& p, const Conv1dSeg
 // Short scalar rows (rows_per_tile > 1, not the vector path): a team owns
 // the tile's rows [base, base + rows) of one segment, at most
 // kMaxPerLaneFwd * kTeam / lanes_per_row of them, each no longer than
-// lanes_per_row (>= 4). The tile's x, y, initial and final states are each
-// one contiguous block, so they move between memory and the team's shared
-// staging in coalesced passes of whole lines, every load issued before the
-// first store; lanes then compute one element per row slot from staging.
+// lanes_per_row (>= kMinLanesPerRow). The tile's x, y, initial and final
+// states are each one contiguous block, so they move between memory and the
+// team's shared staging in coalesced passes of whole lines, every load
+// issued before the first store; lanes then compute one element per row
+// slot from staging.
 // Whole-line transfers matter most when the tensors live in host memory
 // that the kernel reads and writes in place over the bus, where a lane's own
 // strided row state or a 32-byte piece costs a bus transfer each.
+// Staging of one team: x (then y) of at most kShortRowMaxElems elements,
+// and the initial states of at most kShortRowMaxRows rows.
+inline constexpr int kShortRowMaxElems = detail::kMaxPerLaneFwd * kTeam;
+inline constexpr int kShortRowMaxRows =
+    detail::kMaxPerLaneFwd * (kTeam / detail::kMinLanesPerRow);
+static_assert(kShortRowMaxRows <= kTeam, "lane l holds the weights of the tile's row l");
 template <int W>
-inline constexpr int kShortRowStageFloats =
-    detail::kMaxPerLaneFwd * kTeam + detail::kMaxPerLaneFwd * (kTeam / 4) * (W - 1);
+inline constexpr int kShortRowStageFloats = kShortRowMaxElems + kShortRowMaxRows * (W - 1);
 
 template <class T, int W>
 __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1dSegment& seg,
@@ -56,10 +62,10 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
   using S = typename T::S;
   constexpr int kMax = detail::kMaxPerLaneFwd;
   constexpr int kH = W - 1;
-  constexpr int kPassesX = kMax;       // rows * L <= kMax * kTeam elements
-  constexpr int kPassesS = kMax / 4 * kH;  // rows * kH <= kMax * kTeam / 4 * kH
-  float* smx = sm;                  // x, then y: [rows][L]
-  float* sms = sm + kMax * kTeam;   // initial states: [rows][kH]
+  constexpr int kPassesX = kShortRowMaxElems / kTeam;       // rows * L elements
+  constexpr int kPassesS = (kShortRowMaxRows * kH + kTeam - 1) / kTeam;  // rows * kH
+  float* smx = sm;                      // x, then y: [rows][L]
+  float* sms = sm + kShortRowMaxElems;  // initial states: [rows][kH]
   const int64_t L = seg.seqlen;
   const int lpr = seg.lanes_per_row;
   const int64_t nrows = seg.batch * p.dim;

@@ -100,7 +100,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   // vectors (or elements), nvec <= kTeam.
   auto short_lanes = [](int64_t nvec) {
     int32_t lpr = kTeam;
-    while (lpr > 4 && nvec <= lpr / 2) lpr /= 2;
+    while (lpr > kMinLanesPerRow && nvec <= lpr / 2) lpr /= 2;
     return lpr;
   };
   // Short-row vector tiles (fwd/bwd_cf_short_kernel) hold up to

@@ -22,8 +22,10 @@ enum Path : int32_t {
 // hardware) owns one chunk of one row; each lane holds `per_lane` vectors of
 // 16 bytes (or single elements on the scalar path).
 // Rows shorter than one vector per lane are packed several to a team
-// (rows_per_tile) so that each lane still has several loads in flight.
+// (rows_per_tile) so that each lane still has several loads in flight,
+// lanes_per_row (at least kMinLanesPerRow) lanes per row.
 inline constexpr int kTeam = 32;
+inline constexpr int kMinLanesPerRow = 4;
 inline constexpr int kTeamsPerBlock = 8;
 // Forward vectors per lane (16-bit long vector rows use fwd_cf_stream_kernel
 // instead, below).

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "server/core/fake_clock.h"
@@ -219,27 +220,40 @@ TEST_F(SchedulerTest, LargeBatchOnDoneCallsAreSharedWithCompletionThreads) {
   }
 }
 
+// Batches of fewer than 2 * completion_chunk tasks, or no completion
+// threads: every on_done runs on the lane. A smaller completion_chunk hands
+// off smaller batches: 6 tasks with a chunk of 2 reach the completion threads.
 TEST_F(SchedulerTest, SmallBatchesAndZeroCompletionThreadsFinishOnTheLane) {
-  for (int helpers : {0, 4}) {
-    SCOPED_TRACE(helpers);
+  struct Case {
+    int helpers, chunk, tasks;
+    bool lane_only;
+  };
+  const int chunk = SchedulerOptions().completion_chunk;
+  for (const Case& c : {Case{0, chunk, 64, true}, Case{4, chunk, 2 * chunk - 1, true},
+                        Case{4, 2, 6, false}}) {
+    SCOPED_TRACE(absl::StrCat(c.helpers, " helpers, chunk ", c.chunk, ", ", c.tasks, " tasks"));
     SchedulerOptions o;
     o.max_batch_requests = 64;
-    o.completion_threads = helpers;
+    o.completion_threads = c.helpers;
+    o.completion_chunk = c.chunk;
     Make(o);
     Completions done;
     BlockLane(&done);
     OnDoneThreads threads;
-    // Below 2 * completion_chunk tasks no chunk is handed off.
-    const int tasks = helpers == 0 ? 64 : 2 * o.completion_chunk - 1;
-    for (int tag = 1; tag <= tasks; ++tag) {
+    for (int tag = 1; tag <= c.tasks; ++tag) {
       auto task = MakeTask(tag, KeyWithDim(8), &done);
       threads.Wrap(task.get());
       Submit(std::move(task));
     }
     backend_->Unblock();
-    ASSERT_TRUE(done.AwaitCalls(tasks + 1));
+    ASSERT_TRUE(done.AwaitCalls(c.tasks + 1));
     sched_->Shutdown();
-    EXPECT_EQ(threads.count(), 1u);
+    if (c.lane_only) {
+      EXPECT_EQ(threads.count(), 1u);
+    } else {
+      EXPECT_GT(threads.count(), 1u);
+    }
+    for (int tag = 1; tag <= c.tasks; ++tag) EXPECT_EQ(done.Get(tag).calls, 1) << tag;
     sched_.reset();
   }
 }
@@ -287,32 +301,6 @@ TEST_F(SchedulerTest, CompletionThreadsOutsideTheirRangeAreRejected) {
     EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
     EXPECT_NE(s.status().message().find("completion_chunk"), std::string::npos);
   }
-}
-
-// A smaller completion_chunk hands off smaller batches: 6 tasks with a
-// chunk of 2 reach the completion threads (more than the lane's one
-// thread calls on_done).
-TEST_F(SchedulerTest, SmallCompletionChunkSharesOutSmallBatches) {
-  SchedulerOptions o;
-  o.max_batch_requests = 64;
-  o.completion_threads = 4;
-  o.completion_chunk = 2;
-  Make(o);
-  Completions done;
-  BlockLane(&done);
-  OnDoneThreads threads;
-  const int tasks = 6;
-  for (int tag = 1; tag <= tasks; ++tag) {
-    auto task = MakeTask(tag, KeyWithDim(8), &done);
-    threads.Wrap(task.get());
-    Submit(std::move(task));
-  }
-  backend_->Unblock();
-  ASSERT_TRUE(done.AwaitCalls(tasks + 1));
-  sched_->Shutdown();
-  EXPECT_GT(threads.count(), 1u);
-  for (int tag = 1; tag <= tasks; ++tag) EXPECT_EQ(done.Get(tag).calls, 1) << tag;
-  sched_.reset();
 }
 
 TEST_F(SchedulerTest, MaxBatchRequestsOfOneDisablesFusion) {

@@ -258,9 +258,8 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
   // host-pool tensors where they are: the fused kernel reads and writes them
   // over the bus, with no copy at all.
   const bool in_place_ok = gather_small_host_tensors_ && options_.in_place_host_tensors;
-  auto in_place = [&](const ConvSegment& seg, const void* p, int64_t bytes) {
-    return in_place_ok && bytes < options_.direct_copy_bytes && in_pool(p, bytes) &&
-           kernels::Conv1dStreamsInPlace(problem, seg.seqlen);
+  auto in_place = [&](const void* p, int64_t bytes) {
+    return bytes < options_.direct_copy_bytes && in_pool(p, bytes);
   };
   std::vector<CopyJob> pack, unpack, direct_in, direct_out, h2d, d2h;
   std::vector<Range> h2d_runs, d2h_runs;
@@ -283,13 +282,15 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       const ConvSegment& seg = *segments[pc.segment];
       const gpu::PieceBytes row = gpu::BytesOfPiece(key, seg, 1);
       const gpu::PieceBytes all = gpu::BytesOfPiece(key, seg, pc.b_count);
+      const bool piece_in_place =
+          in_place_ok && kernels::Conv1dStreamsInPlace(problem, seg.seqlen);
       // Each returns the address the kernel uses for the tensor: its slot in
       // the lane buffer, or the request's own memory when used in place.
       auto stage = [&](int64_t slot, const TensorView& v, int64_t row_bytes,
                        int64_t bytes, bool may_use_in_place) -> const void* {
         if (slot < 0) return nullptr;
         const char* src = static_cast<const char*>(v.data) + pc.b_begin * row_bytes;
-        if (may_use_in_place && in_place(seg, src, bytes)) {
+        if (may_use_in_place && piece_in_place && in_place(src, bytes)) {
           in_place_in += bytes;
           return src;
         }
@@ -310,7 +311,7 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
         if (slot < 0) return nullptr;
         if (!v.present()) return lane.buffer + slot;
         char* dst = static_cast<char*>(v.data) + pc.b_begin * row_bytes;
-        if (in_place(seg, dst, bytes)) {
+        if (piece_in_place && in_place(dst, bytes)) {
           in_place_out += bytes;
           return dst;
         }
