@@ -29,10 +29,16 @@ int32_t ChoosePath(const Conv1dProblem& p) {
 
 }  // namespace
 
-bool Conv1dStreamsInPlace(const Conv1dProblem& p, int64_t seqlen) {
+bool Conv1dStreamsInPlace(const Conv1dProblem& p, int64_t seqlen, int64_t state_len) {
+  const int64_t ne = 16 / ElemBytes(p.x_type);
+  if (p.op == KernelOp::kUpdate) {
+    // The update's vector path (update_rows_vec), alignment aside: x, y
+    // and the weights as whole vectors, the state staged through shared
+    // memory in coalesced passes.
+    return FastWidth(p.width) && seqlen == 1 && state_len == p.width - 1 && p.dim % ne == 0;
+  }
   // The planner's short scalar rows (fwd_cf_rows_staged): one chunk of one
   // element per lane, and a length the vector path never takes.
-  const int64_t ne = 16 / ElemBytes(p.x_type);
   return p.op == KernelOp::kForward && ChoosePath(p) == kPathFastChannelFirst &&
          seqlen >= 1 && seqlen <= kTeam && seqlen % ne != 0;
 }

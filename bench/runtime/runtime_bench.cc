@@ -46,7 +46,7 @@ ABSL_FLAG(double, duration_s, 3.0, "measured seconds per (mode, workload)");
 ABSL_FLAG(double, warmup_s, 1.0, "unmeasured seconds before each measurement");
 ABSL_FLAG(int, submitters, 64, "closed-loop submitter threads");
 ABSL_FLAG(std::string, workloads, "decode-fwd,small-fwd,large-fwd,large-bwd",
-          "comma list of workloads (also: decode-bf16, chunk-fwd)");
+          "comma list of workloads (also: decode-bf16, chunk-fwd, decode-update)");
 ABSL_FLAG(int, lanes_per_device, 4, "gpu backend lanes per device");
 ABSL_FLAG(std::string, request_memory, "both",
           "where request tensors live: host-pool (GpuBackend::AllocateHostBuffer, page-locked), "
@@ -90,7 +90,8 @@ struct Workload {
   DType dtype;
   int64_t b, d, l;
   bool registered;  // weights registered (device-cached) vs inline
-  bool states;      // initial_states in, final_states out
+  bool states;      // initial_states in, final_states out (update: conv_state
+                    // of W-1 in, conv_state_out out)
 };
 
 Workload WorkloadByName(const std::string& n) {
@@ -102,6 +103,8 @@ Workload WorkloadByName(const std::string& n) {
   // (vector-path short rows, with states).
   if (n == "decode-bf16") return {n, Op::kForward, DType::kBF16, 1, 5120, 1, true, true};
   if (n == "chunk-fwd") return {n, Op::kForward, DType::kF32, 1, 1024, 32, true, true};
+  // Decode through the update op: one token and its conv_state of W-1.
+  if (n == "decode-update") return {n, Op::kUpdate, DType::kF32, 1, 5120, 1, true, true};
   std::fprintf(stderr, "unknown workload '%s'\n", n.c_str());
   std::exit(2);
 }
@@ -114,7 +117,7 @@ BatchKey KeyOf(const Workload& w) {
   k.width = 4;
   k.activation = Activation::kSiLU;
   k.has_bias = true;
-  k.has_initial_states = w.states;
+  k.has_initial_states = w.states && w.op != Op::kUpdate;
   k.return_final_states = w.states && w.op == Op::kForward;
   return k;
 }
@@ -130,8 +133,9 @@ std::vector<uint8_t> Random(DType t, int64_t n, std::mt19937_64& rng) {
 struct InputSet {
   ConvBuffers buffers;  // inputs + CPU-computed outputs
   std::shared_ptr<const void> weight_owner;
-  // Copies of x, dout and initial_states in Backend::AllocateHostBuffer
-  // memory (what a frontend that receives into that memory hands over).
+  // Copies of x, dout and initial_states (update: conv_state) in
+  // Backend::AllocateHostBuffer memory (what a frontend that receives into
+  // that memory hands over).
   std::shared_ptr<void> host_x, host_dout, host_init;
 };
 
@@ -296,13 +300,15 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
       seg.x = in.buffers.Segment().x;  // read the shared inputs in place
       if (w.op == Op::kBackward) seg.dout = in.buffers.Segment().dout;
       if (w.states) seg.initial_states = in.buffers.Segment().initial_states;
+      if (w.op == Op::kUpdate) seg.conv_state = in.buffers.Segment().conv_state;
       // Host-memory mode: inputs and outputs live in AllocateHostBuffer
       // memory; outputs are copied back to `mine` only for the check.
-      std::shared_ptr<void> host_y, host_dx, host_final;
+      std::shared_ptr<void> host_y, host_dx, host_final, host_state_out;
       if (host_memory) {
         seg.x.data = in.host_x.get();
         if (seg.dout.present()) seg.dout.data = in.host_dout.get();
         if (seg.initial_states.present()) seg.initial_states.data = in.host_init.get();
+        if (seg.conv_state.present()) seg.conv_state.data = in.host_init.get();
         auto out = [&](OutputView& v, std::shared_ptr<void>& keep) {
           if (!v.present()) return;
           keep = backend->AllocateHostBuffer(v.bytes);
@@ -311,11 +317,15 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
         out(seg.y, host_y);
         out(seg.dx, host_dx);
         out(seg.final_states, host_final);
+        out(seg.conv_state_out, host_state_out);
       }
       auto copy_back = [&] {
         if (!host_memory) return;
         if (host_y) std::memcpy(mine.y.data(), host_y.get(), mine.y.size());
         if (host_dx) std::memcpy(mine.dx.data(), host_dx.get(), mine.dx.size());
+        if (host_state_out) {
+          std::memcpy(mine.conv_state_out.data(), host_state_out.get(), mine.conv_state_out.size());
+        }
       };
       if (w.registered) {
         seg.weight.owner = seg.bias.owner = in.weight_owner;
@@ -335,6 +345,8 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
           std::fill(mine.dx.begin(), mine.dx.end(), 0xff);
           if (host_y) std::memset(host_y.get(), 0xff, mine.y.size());
           if (host_dx) std::memset(host_dx.get(), 0xff, mine.dx.size());
+          std::fill(mine.conv_state_out.begin(), mine.conv_state_out.end(), 0xff);
+          if (host_state_out) std::memset(host_state_out.get(), 0xff, mine.conv_state_out.size());
         }
         auto task = std::make_unique<Task>();
         task->key = key;
@@ -376,10 +388,13 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
         if (!checked) {
           checked = true;
           copy_back();
-          const bool ok = w.op == Op::kForward
-                              ? Close(w.dtype, mine.y, in.buffers.y)
-                              : Close(w.dtype, mine.dx, in.buffers.dx) &&
-                                    Close(w.dtype, mine.dweight, in.buffers.dweight);
+          const bool ok =
+              w.op == Op::kForward  ? Close(w.dtype, mine.y, in.buffers.y)
+              : w.op == Op::kUpdate ? Close(w.dtype, mine.y, in.buffers.y) &&
+                                          Close(w.dtype, mine.conv_state_out,
+                                                in.buffers.conv_state_out)
+                                    : Close(w.dtype, mine.dx, in.buffers.dx) &&
+                                          Close(w.dtype, mine.dweight, in.buffers.dweight);
           if (!ok) wrong.fetch_add(1);
         }
         if (phase.load() == 1) {
@@ -409,8 +424,9 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
   Result r;
   r.rps = n / secs;
   ConvBuffers& b = sets[0].buffers;
-  const int64_t moved = static_cast<int64_t>(b.x.size() + b.dout.size() + b.initial_states.size() +
-                                             b.y.size() + b.dx.size() + b.final_states.size());
+  const int64_t moved = static_cast<int64_t>(
+      b.x.size() + b.dout.size() + b.initial_states.size() + b.conv_state.size() + b.y.size() +
+      b.dx.size() + b.final_states.size() + b.conv_state_out.size());
   r.gbps = r.rps * moved / 1e9;
   if (!all.empty()) {
     r.p50_us = all[all.size() / 2];
@@ -424,9 +440,9 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
 
 // Bytes a lane copies in and out for one request of `w`.
 void CopyBytes(const Workload& w, const ConvBuffers& b, int64_t* in, int64_t* out) {
-  *in = b.x.size() + b.dout.size() + b.initial_states.size() +
+  *in = b.x.size() + b.dout.size() + b.initial_states.size() + b.conv_state.size() +
         (w.registered ? 0 : b.weight.size() + b.bias.size());
-  *out = b.y.size() + b.dx.size() + b.final_states.size() +
+  *out = b.y.size() + b.dx.size() + b.final_states.size() + b.conv_state_out.size() +
          (w.op == Op::kBackward ? (w.d * 4 + w.d) * 4 : 0);
 }
 
@@ -555,12 +571,17 @@ int Main() {
       b.weight = Random(w.dtype, w.d * 4, rng);
       b.bias = Random(w.dtype, w.d, rng);
       if (w.op == Op::kBackward) b.dout = Random(w.dtype, w.b * w.d * w.l, rng);
-      if (w.states) b.initial_states = Random(w.dtype, w.b * w.d * 3, rng);
+      if (w.op == Op::kUpdate) {
+        b.state_len = 3;  // W - 1
+        b.conv_state = Random(w.dtype, w.b * w.d * b.state_len, rng);
+      } else if (w.states) {
+        b.initial_states = Random(w.dtype, w.b * w.d * 3, rng);
+      }
       if (!RunCpuConv(&b, pool->get()).ok()) return 1;
       set.weight_owner = std::make_shared<int>(0);
       set.host_x = HostCopy(gpu->get(), b.x);
       set.host_dout = HostCopy(gpu->get(), b.dout);
-      set.host_init = HostCopy(gpu->get(), b.initial_states);
+      set.host_init = HostCopy(gpu->get(), w.op == Op::kUpdate ? b.conv_state : b.initial_states);
     }
     int64_t in = 0, outb = 0;
     CopyBytes(w, sets[0].buffers, &in, &outb);

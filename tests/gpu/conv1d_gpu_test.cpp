@@ -388,26 +388,39 @@ TEST(Conv1dGpu, ShortRowTiles) {
 // Which segments the kernel moves in whole-line passes (what lets the GPU
 // backend leave their tensors in host memory): the forward's short scalar
 // rows only. Host code; needs no device.
-TEST(Conv1dGpu, StreamsInPlaceOnlyForShortScalarForwardRows) {
-  auto problem = [](KernelOp op, ScalarType t, KernelLayout layout, int W) {
-    return MakeProblem(op, Pair{t, t}, layout, 64, W, 0x0c);
+TEST(Conv1dGpu, StreamsInPlaceOnlyForShortScalarForwardRowsAndVectorUpdates) {
+  auto problem = [](KernelOp op, ScalarType t, KernelLayout layout, int W, int64_t D = 64) {
+    return MakeProblem(op, Pair{t, t}, layout, D, W, 0x0c);
   };
   const auto f32 = ScalarType::kF32, bf16 = ScalarType::kBF16;
   const auto cf = KernelLayout::kChannelFirst, cl = KernelLayout::kChannelLast;
   for (int64_t L : {1, 2, 3, 5, 31}) {
-    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L)) << L;
-    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 2), L)) << L;
-    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kBackward, f32, cf, 4), L)) << L;
-    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 4), L)) << L;
-    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cl, 4), L)) << L;
-    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 7), L)) << L;
+    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L, 0)) << L;
+    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 2), L, 0)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kBackward, f32, cf, 4), L, 0)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cl, 4), L, 0)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 7), L, 0)) << L;
   }
   // Whole vectors (the vector path) and rows longer than a team.
   for (int64_t L : {4, 8, 32, 33, 1000}) {
-    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L, 0)) << L;
   }
-  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 16));
-  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 12));
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 16, 0));
+  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 12, 0));
+  // The update: one token, the minimal state, D in whole vectors, W 2..4,
+  // in either layout.
+  for (int W : {2, 3, 4}) {
+    for (KernelLayout layout : {cf, cl}) {
+      EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, layout, W), 1, W - 1)) << W;
+      EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, bf16, layout, W), 1, W - 1)) << W;
+    }
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, W), 2, W - 1)) << W;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, W), 1, W)) << W;
+  }
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 7), 1, 6));
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 4, 66), 1, 3));
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, bf16, cf, 4, 68), 1, 3));
+  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 4, 68), 1, 3));
 }
 
 // Short scalar rows (lengths 1..31 that are not whole vectors, so one

@@ -62,8 +62,9 @@ std::vector<uint8_t> Random(DType t, int64_t n, std::mt19937_64& rng) {
   return v;
 }
 
+// An update's state holds W + 1 steps unless state_len says otherwise.
 std::unique_ptr<ConvBuffers> MakeRequest(const BatchKey& key, int64_t b, int64_t l,
-                                         std::mt19937_64& rng) {
+                                         std::mt19937_64& rng, int64_t state_len = -1) {
   auto r = std::make_unique<ConvBuffers>();
   r->key = key;
   r->batch = b;
@@ -76,7 +77,7 @@ std::unique_ptr<ConvBuffers> MakeRequest(const BatchKey& key, int64_t b, int64_t
   if (key.has_initial_states) r->initial_states = Random(key.x_dtype, b * d * k, rng);
   if (key.has_dfinal_states) r->dfinal_states = Random(key.x_dtype, b * d * k, rng);
   if (key.op == Op::kUpdate) {
-    r->state_len = k + 2;
+    r->state_len = state_len >= 0 ? state_len : k + 2;
     r->conv_state = Random(key.x_dtype, b * d * r->state_len, rng);
   }
   r->AllocateOutputs();
@@ -198,8 +199,9 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
 // Parameters: gather_small_host_tensors, whether every round's copies go
 // through the device's shared copy streams (else the lane's own stream),
 // whether a round's DMAs are queued in one batch call, and
-// in_place_host_tensors (the forward kernel then uses the short request's
-// host-pool tensors where they are).
+// in_place_host_tensors (the forward kernel then uses the short requests'
+// host-pool tensors where they are, and the update kernel the one-token
+// request's with a state of W-1).
 class GpuBackendHostPoolTest
     : public GpuBackendTest,
       public ::testing::WithParamInterface<std::tuple<bool, bool, bool, bool>> {};
@@ -227,6 +229,7 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
     SCOPED_TRACE(key.DebugString());
     std::vector<std::unique_ptr<ConvBuffers>> reqs;
     for (int64_t l : {700, 3, 1100, 64}) reqs.push_back(MakeRequest(key, 2, l, rng));
+    reqs.push_back(MakeRequest(key, 2, 1, rng, key.width - 1));  // a decode step
     std::vector<ConvBuffers> want;
     std::vector<ConvSegment> segs;
     std::vector<std::shared_ptr<void>> keep;
@@ -266,13 +269,21 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
     } else {
       EXPECT_GT(stats.staged_bytes, weight_bytes);
     }
-    // The forward's short request (L = 3, scalar rows) is used in place
-    // exactly when asked for; the other ops never are.
-    if (gather && in_place && key.op == Op::kForward) {
-      EXPECT_GT(stats.in_place_bytes, 0);
-    } else {
-      EXPECT_EQ(stats.in_place_bytes, 0);
+    // The forward's short requests (L = 3 and 1, scalar rows) and the
+    // update's decode step are used in place exactly when asked for, every
+    // activation and state byte of them; the backward never is.
+    int64_t want_in_place = 0;
+    if (gather && in_place && key.op != Op::kBackward) {
+      for (const ConvSegment& s : segs) {
+        if (key.op == Op::kForward ? s.seqlen > 3 : s.seqlen != 1 || s.state_len != key.width - 1) {
+          continue;
+        }
+        want_in_place += s.x.bytes + s.initial_states.bytes + s.conv_state.bytes + s.y.bytes +
+                         s.final_states.bytes + s.conv_state_out.bytes;
+      }
+      EXPECT_GT(want_in_place, 0);
     }
+    EXPECT_EQ(stats.in_place_bytes, want_in_place);
     auto bytes_of = [](const OutputView& v) {
       const auto* p = static_cast<const uint8_t*>(v.data);
       return v.present() ? std::vector<uint8_t>(p, p + v.bytes) : std::vector<uint8_t>();

@@ -254,12 +254,13 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     return gather_small_host_tensors_ && in_pool(p, bytes);
   };
   // Segments whose activations and states the kernel moves in whole-line
-  // passes (short forward rows, e.g. decode steps) keep their small
-  // host-pool tensors where they are: the fused kernel reads and writes them
-  // over the bus, with no copy at all.
+  // passes (short forward rows and one-token updates: decode steps) keep
+  // their small, 16-byte aligned host-pool tensors where they are: the
+  // fused kernel reads and writes them over the bus, with no copy at all.
   const bool in_place_ok = gather_small_host_tensors_ && options_.in_place_host_tensors;
   auto in_place = [&](const void* p, int64_t bytes) {
-    return bytes < options_.direct_copy_bytes && in_pool(p, bytes);
+    return bytes < options_.direct_copy_bytes && reinterpret_cast<uintptr_t>(p) % 16 == 0 &&
+           in_pool(p, bytes);
   };
   std::vector<CopyJob> pack, unpack, direct_in, direct_out, h2d, d2h;
   std::vector<Range> h2d_runs, d2h_runs;
@@ -283,7 +284,7 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
       const gpu::PieceBytes row = gpu::BytesOfPiece(key, seg, 1);
       const gpu::PieceBytes all = gpu::BytesOfPiece(key, seg, pc.b_count);
       const bool piece_in_place =
-          in_place_ok && kernels::Conv1dStreamsInPlace(problem, seg.seqlen);
+          in_place_ok && kernels::Conv1dStreamsInPlace(problem, seg.seqlen, seg.state_len);
       // Each returns the address the kernel uses for the tensor: its slot in
       // the lane buffer, or the request's own memory when used in place.
       auto stage = [&](int64_t slot, const TensorView& v, int64_t row_bytes,
