@@ -15,7 +15,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "kernels/conv1d_params.h"
 #include "server/backends/cpu/cpu_conv.h"
+#include "server/backends/gpu/batch_layout.h"
 #include "server/backends/gpu/gpu_runtime.h"
 #include "server/core/observer.h"
 
@@ -358,6 +360,99 @@ TEST_F(GpuBackendTest, FullHostPoolFallsBackToHeapAndReportsTheMiss) {
   c.reset();
   b.reset();
   EXPECT_EQ(observer.host_in_use(), 0);
+}
+
+// Decode rounds: registered weights (on the device after the first batch)
+// and host-pool tensors the kernel uses in place (forward rows of 1..3
+// steps with states; one-token updates with a state of W-1), so once the
+// weights are uploaded a batch copies in only its segment table and copies
+// nothing out. Every output matches the CPU's, in fp32 and bf16, W = 2..4.
+TEST_F(GpuBackendTest, DecodeRoundsCopyOnlyTheirTableAndMatchCpu) {
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 1;
+  opt.lane_buffer_bytes = 16 << 20;
+  opt.host_pool_bytes = 64 << 20;
+  auto gpu = GpuBackend::Create(opt);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  std::mt19937_64 rng(17);
+  int64_t cache_id = 500;
+  for (Op op : {Op::kForward, Op::kUpdate}) {
+    for (DType t : {DType::kF32, DType::kBF16}) {
+      for (int width : {2, 3, 4}) {
+        const BatchKey key = KeyOf({op, t, t, Layout::kChannelFirst, width}, 96);
+        SCOPED_TRACE(key.DebugString());
+        auto weights = std::make_shared<std::vector<uint8_t>>(Random(t, 96 * (width + 1), rng));
+        const int64_t wbytes = 96 * width * DTypeSize(t);
+        cache_id += 2;
+        for (int pass = 0; pass < 2; ++pass) {  // the first uploads the weights
+          std::vector<std::unique_ptr<ConvBuffers>> reqs;
+          std::vector<ConvBuffers> want;
+          std::vector<ConvSegment> segs;
+          std::vector<std::shared_ptr<void>> keep;
+          auto in_pool = [&](const void* src, int64_t bytes) -> void* {
+            keep.push_back((*gpu)->AllocateHostBuffer(bytes));
+            if (src != nullptr) std::memcpy(keep.back().get(), src, bytes);
+            else std::memset(keep.back().get(), 0xff, bytes);  // poisoned output
+            return keep.back().get();
+          };
+          for (int i = 0; i < 6; ++i) {
+            const int64_t l = op == Op::kUpdate ? 1 : 1 + i % 3;
+            reqs.push_back(MakeRequest(key, 1 + i % 2, l, rng, width - 1));
+            ConvBuffers& r = *reqs.back();
+            std::copy(weights->begin(), weights->begin() + wbytes, r.weight.begin());
+            std::copy(weights->begin() + wbytes, weights->end(), r.bias.begin());
+            want.push_back(r);
+            ASSERT_TRUE(RunCpuConv(&want.back(), nullptr).ok());
+            ConvSegment sg = r.Segment();
+            for (TensorView* v : {&sg.x, &sg.initial_states, &sg.conv_state}) {
+              if (v->present()) v->data = in_pool(v->data, v->bytes);
+            }
+            for (OutputView* v : {&sg.y, &sg.final_states, &sg.conv_state_out}) {
+              if (v->present()) v->data = in_pool(nullptr, v->bytes);
+            }
+            sg.weight.data = weights->data();
+            sg.weight.owner = weights;
+            sg.weight.cache_id = cache_id;
+            sg.bias.data = weights->data() + wbytes;
+            sg.bias.owner = weights;
+            sg.bias.cache_id = cache_id + 1;
+            segs.push_back(sg);
+          }
+          std::vector<ConvSegment*> ptrs;
+          for (auto& sg : segs) ptrs.push_back(&sg);
+          BatchStats stats;
+          const absl::Status st = (*gpu)->RunBatch(0, key, absl::MakeSpan(ptrs), &stats);
+          ASSERT_TRUE(st.ok()) << st;
+          if (pass == 1) {
+            EXPECT_EQ(stats.launches, 1);
+            EXPECT_EQ(stats.d2h_bytes, 0);
+            EXPECT_EQ(stats.staged_bytes, 0);
+            const int64_t table = segs.size() * sizeof(kernels::Conv1dSegment);
+            EXPECT_GE(stats.h2d_bytes, table);
+            EXPECT_LT(stats.h2d_bytes, table + gpu::kSlotAlignBytes);
+            EXPECT_EQ(stats.in_place_bytes, [&] {
+              int64_t b = 0;
+              for (const ConvSegment& sg : segs) {
+                b += sg.x.bytes + sg.initial_states.bytes + sg.conv_state.bytes + sg.y.bytes +
+                     sg.final_states.bytes + sg.conv_state_out.bytes;
+              }
+              return b;
+            }());
+          }
+          auto bytes_of = [](const OutputView& v) {
+            const auto* b = static_cast<const uint8_t*>(v.data);
+            return v.present() ? std::vector<uint8_t>(b, b + v.bytes) : std::vector<uint8_t>();
+          };
+          for (size_t i = 0; i < segs.size(); ++i) {
+            ExpectClose("y", t, bytes_of(segs[i].y), want[i].y);
+            ExpectClose("final_states", t, bytes_of(segs[i].final_states), want[i].final_states);
+            ExpectClose("conv_state_out", t, bytes_of(segs[i].conv_state_out),
+                        want[i].conv_state_out);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAfterWarmUp) {
