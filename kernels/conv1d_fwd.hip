@@ -352,10 +352,16 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
 // loads the weights, bias and initial state of the tile's row l once; a
 // step fetches its rows' by shuffle. The left halo of a lane is the
 // previous lane's tail, of a row's first lane the initial state (zeros
-// when absent). Lanes past L or past the tile's rows store nothing.
+// when absent). Lanes past L or past the tile's rows store nothing. The
+// tile's initial and final states (each one contiguous block of rows x
+// (W-1)) move through the team's staging `sst` (kTeam * (W-1) elements)
+// in coalesced passes: the lane holding a row's last vector leaves the
+// row's final state there, and the team stores the block at the end, so
+// host-memory states cost whole-line transfers only.
 template <class T, int W>
 __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dSegment& seg,
-                                                 int64_t local, int lane, uint4 (*stage)[kTeam]) {
+                                                 int64_t local, int lane, uint4 (*stage)[kTeam],
+                                                 typename T::S* sst) {
   using S = typename T::S;
   constexpr int N = kVecElts<T>;
   constexpr int kH = W - 1;
@@ -396,18 +402,30 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   for (int k = 0; k < W; ++k) wl[k] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kH; ++i) il[i] = 0.0f;
+  if (p.has_init) {
+    const int ns = nrt * kH;  // state elements of the tile
+    const S* init = static_cast<const S*>(seg.initial_states) + row_begin * kH;
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      const int i = lane + k * kTeam;
+      if (i < ns) sst[i] = init[i];
+    }
+  }
   if (lane < nrt) {
     const int64_t r = row_begin + lane;
     const int64_t d = mod_fast(r, p.dim);
 #pragma unroll
     for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
     if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
-    if (p.has_init) {
-      const S* init = static_cast<const S*>(seg.initial_states) + r * kH;
+  }
+  if (p.has_init) {
+    gpu_team_sync();
+    if (lane < nrt) {
 #pragma unroll
-      for (int i = 0; i < kH; ++i) il[i] = T::to_f(init[i]);
+      for (int i = 0; i < kH; ++i) il[i] = T::to_f(sst[lane * kH + i]);
     }
   }
+  gpu_team_sync();  // sst is free for the final states
 
 #pragma unroll 1
   for (int st = 0; st < nsteps; ++st) {
@@ -425,6 +443,10 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
     {
       S xs[N];
       __builtin_memcpy(xs, &xb, 16);
+      if (p.ret_final && pos + N == L && rs < nrt) {  // the row's last vector
+#pragma unroll
+        for (int i = 0; i < kH; ++i) sst[rs * kH + i] = xs[N - kH + i];
+      }
       float xv[N];
       unpack_f<T, N>(xs, xv);
 #pragma unroll
@@ -449,12 +471,16 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   }
   copy_async_wait<0>();  // the ring is free for the team's next tile
   if (p.ret_final) {
-    const S* x = static_cast<const S*>(seg.x);
-    for (int rs = lane; rs < nrt; rs += kTeam) {
-      const int64_t r = row_begin + rs;
-      write_final_cf<T, W>(p, seg, x + r * L, r);
+    gpu_team_sync();  // every row's final state is in sst
+    S* fin = static_cast<S*>(seg.final_states) + row_begin * kH;
+    const int ns = nrt * kH;
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      const int i = lane + k * kTeam;
+      if (i < ns) fin[i] = sst[i];
     }
   }
+  gpu_team_sync();  // the team's next tile may overwrite sst
 }
 
 // 16-bit long-row vector tiles (the planner's stream range) go to
@@ -535,8 +561,10 @@ __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, CONV1D_FWD_ST
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_SHORT_MIN_BLOCKS)
     fwd_cf_short_kernel(KParams p) {
-  // Each team's ring of in-flight steps (fwd_cf_rows_team).
+  // Each team's ring of in-flight steps and its states' staging
+  // (fwd_cf_rows_team; 4 bytes per element covers every type).
   __shared__ uint4 stage[kTeamsPerBlock][detail::kFwdShortPrefetch + 1][kTeam];
+  __shared__ uint32_t sstate[kTeamsPerBlock][kTeam * (W - 1)];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
@@ -545,7 +573,8 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_SHORT_MIN_B
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!is_short_tile(seg)) continue;
-    fwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    fwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team],
+                           reinterpret_cast<typename T::S*>(sstate[team]));
   }
 }
 

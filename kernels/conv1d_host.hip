@@ -37,10 +37,14 @@ bool Conv1dStreamsInPlace(const Conv1dProblem& p, int64_t seqlen, int64_t state_
     // memory in coalesced passes.
     return FastWidth(p.width) && seqlen == 1 && state_len == p.width - 1 && p.dim % ne == 0;
   }
-  // The planner's short scalar rows (fwd_cf_rows_staged): one chunk of one
-  // element per lane, and a length the vector path never takes.
-  return p.op == KernelOp::kForward && ChoosePath(p) == kPathFastChannelFirst &&
-         seqlen >= 1 && seqlen <= kTeam && seqlen % ne != 0;
+  // The planner's short rows: scalar (fwd_cf_rows_staged: one chunk of one
+  // element per lane, a length the vector path never takes) or vector
+  // (fwd_cf_rows_team: whole 16-byte vectors, at most one per lane; the
+  // planner also needs x and y 16-byte aligned).
+  if (p.op != KernelOp::kForward || ChoosePath(p) != kPathFastChannelFirst || seqlen < 1) {
+    return false;
+  }
+  return seqlen % ne != 0 ? seqlen <= kTeam : seqlen <= kTeam * ne;
 }
 
 hipError_t Conv1dCanImplement(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {

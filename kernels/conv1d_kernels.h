@@ -57,11 +57,12 @@ hipError_t Conv1dRun(const Conv1dProblem& problem, const Conv1dPlanInfo& plan,
 // segment of this length (and, for the update, state length) in whole-line
 // passes that read and write each element once: what makes it cheap for
 // those tensors to stay in page-locked host memory that the kernel reads
-// and writes in place over the bus. Today the forward's short scalar rows
-// (channel-first, W 2..4, at most 32 elements, not a whole number of
-// 16-byte vectors) and the update's vector path (W 2..4, one token, a
-// state of W-1, D a whole number of 16-byte vectors; the planner also
-// needs every tensor 16-byte aligned). Pure host code.
+// and writes in place over the bus. Today the forward's short rows
+// (channel-first, W 2..4; scalar: at most 32 elements, not a whole number
+// of 16-byte vectors; vector: at most 32 whole 16-byte vectors) and the
+// update's vector path (W 2..4, one token, a state of W-1, D a whole
+// number of 16-byte vectors). The vector paths also need their tensors
+// 16-byte aligned, which the planner checks. Pure host code.
 bool Conv1dStreamsInPlace(const Conv1dProblem& problem, int64_t seqlen, int64_t state_len);
 
 }  // namespace conv1d::kernels

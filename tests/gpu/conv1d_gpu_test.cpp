@@ -388,7 +388,7 @@ TEST(Conv1dGpu, ShortRowTiles) {
 // Which segments the kernel moves in whole-line passes (what lets the GPU
 // backend leave their tensors in host memory): the forward's short scalar
 // rows only. Host code; needs no device.
-TEST(Conv1dGpu, StreamsInPlaceOnlyForShortScalarForwardRowsAndVectorUpdates) {
+TEST(Conv1dGpu, StreamsInPlaceOnlyForShortForwardRowsAndVectorUpdates) {
   auto problem = [](KernelOp op, ScalarType t, KernelLayout layout, int W, int64_t D = 64) {
     return MakeProblem(op, Pair{t, t}, layout, D, W, 0x0c);
   };
@@ -401,12 +401,21 @@ TEST(Conv1dGpu, StreamsInPlaceOnlyForShortScalarForwardRowsAndVectorUpdates) {
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cl, 4), L, 0)) << L;
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 7), L, 0)) << L;
   }
-  // Whole vectors (the vector path) and rows longer than a team.
-  for (int64_t L : {4, 8, 32, 33, 1000}) {
+  // Short vector rows: whole 16-byte vectors, at most one per lane.
+  for (int64_t L : {4, 8, 32, 64, 128}) {
+    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L, 0)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kBackward, f32, cf, 4), L, 0)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cl, 4), L, 0)) << L;
+  }
+  // Rows longer than a team of scalars or of vectors.
+  for (int64_t L : {33, 129, 132, 1000}) {
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L, 0)) << L;
   }
-  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 16, 0));
   EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 12, 0));
+  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 16, 0));
+  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 256, 0));
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 36, 0));
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 264, 0));
   // The update: one token, the minimal state, D in whole vectors, W 2..4,
   // in either layout.
   for (int W : {2, 3, 4}) {

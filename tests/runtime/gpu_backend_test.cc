@@ -271,13 +271,15 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
     } else {
       EXPECT_GT(stats.staged_bytes, weight_bytes);
     }
-    // The forward's short requests (L = 3 and 1, scalar rows) and the
-    // update's decode step are used in place exactly when asked for, every
-    // activation and state byte of them; the backward never is.
+    // The forward's short requests (L = 3 and 1: scalar rows; 64: 16
+    // vectors of fp32) and the update's decode step are used in place
+    // exactly when asked for, every activation and state byte of them; the
+    // backward never is.
     int64_t want_in_place = 0;
     if (gather && in_place && key.op != Op::kBackward) {
       for (const ConvSegment& s : segs) {
-        if (key.op == Op::kForward ? s.seqlen > 3 : s.seqlen != 1 || s.state_len != key.width - 1) {
+        if (key.op == Op::kForward ? s.seqlen > 128
+                                   : s.seqlen != 1 || s.state_len != key.width - 1) {
           continue;
         }
         want_in_place += s.x.bytes + s.initial_states.bytes + s.conv_state.bytes + s.y.bytes +

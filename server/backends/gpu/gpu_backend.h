@@ -77,10 +77,11 @@ struct GpuBackendOptions {
   bool gather_small_host_tensors = true;
   // With in_place_host_tensors, requests whose activations and states the
   // kernel moves in whole-line passes (kernels::Conv1dStreamsInPlace: short
-  // forward rows and one-token updates, i.e. decode steps) keep their small,
-  // 16-byte aligned host-pool tensors where they are: the fused kernel reads and writes them over the bus and
-  // neither copy kernel runs for them, so a fused decode round is one table
-  // copy and one launch. Needs what gathering needs; weights are never used
+  // forward rows of up to 32 elements or 32 vectors, and one-token updates:
+  // decode, speculative-decode and short prefill steps) keep their small,
+  // 16-byte aligned host-pool tensors where they are: the fused kernel
+  // reads and writes them over the bus and neither copy kernel runs for
+  // them, so a fused decode round is one table copy and one launch. Needs what gathering needs; weights are never used
   // in place (every tile of a row reads them).
   bool in_place_host_tensors = true;
   // Queue every lane's host-to-device work on one stream per device and its
