@@ -70,7 +70,7 @@ ABSL_FLAG(std::string, host_tensors, "auto",
           "backend's page-locked host buffers when it has them, i.e. gpu with a "
           "host pool; else protobuf strings), always (host buffers for every "
           "backend), never");
-ABSL_FLAG(int64_t, host_tensor_min_bytes, int64_t{64} << 10,
+ABSL_FLAG(int64_t, host_tensor_min_bytes, int64_t{4} << 10,
           "smallest tensor that --host_tensors moves to host buffers (one copy "
           "on receipt, none on send); -1 = none");
 ABSL_FLAG(int64_t, max_batch_bytes, int64_t{256} << 20,

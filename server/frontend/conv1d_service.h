@@ -64,7 +64,7 @@ struct ServiceOptions {
   // Compute-request tensors of at least this many bytes are received into,
   // and outputs sent from, Backend::AllocateHostBuffer memory rather than
   // protobuf strings (wire_tensors.h) when host_tensors says so; -1: never.
-  int64_t host_tensor_min_bytes = int64_t{64} << 10;
+  int64_t host_tensor_min_bytes = int64_t{4} << 10;
   HostTensors host_tensors = HostTensors::kAuto;
 };
 

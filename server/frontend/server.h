@@ -63,7 +63,7 @@ struct ServerOptions {
   // the backend's host buffers instead of protobuf strings, for backends
   // whose buffers are page-locked (kAuto), any backend (kAlways) or none
   // (kNever); host_tensor_min_bytes -1 also means never.
-  int64_t host_tensor_min_bytes = int64_t{64} << 10;
+  int64_t host_tensor_min_bytes = int64_t{4} << 10;
   HostTensors host_tensors = HostTensors::kAuto;
   // How long health reports NOT_SERVING before the listener stops accepting,
   // so that load balancers stop sending first. Bounded by the drain deadline.

@@ -31,7 +31,7 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int64_t kDefaultMin = int64_t{64} << 10;  // ServerOptions' default
+constexpr int64_t kDefaultMin = int64_t{4} << 10;  // ServerOptions' default
 constexpr size_t kBig = 100000;                     // x and dout bytes: 2*50*250*4
 
 std::string RandomBytes(size_t n, Rng* rng) {
@@ -815,7 +815,7 @@ TEST_F(WireTensorsServer, ForwardAnswersAreTheSameForEveryThreshold) {
     ASSERT_EQ(raw.size(), 3u);
     // Evidence that the detached path ran: off, the answer is the ordinary
     // serialization (y, field 1, first); at the default threshold only y
-    // (>= 64 KiB) is detached and sent after the inline final_states.
+    // (>= 4 KiB) is detached and sent after the inline final_states.
     EXPECT_EQ(raw[0][0], '\x0a');
     EXPECT_EQ(raw[2][0], '\x12');
   }
