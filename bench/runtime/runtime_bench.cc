@@ -71,6 +71,8 @@ ABSL_FLAG(int64_t, max_queue_delay_us, 0,
 ABSL_FLAG(int32_t, completion_threads, 4,
           "scheduler threads that share out the on_done calls of fused batches "
           "with the lane (0: the lane calls them all)");
+ABSL_FLAG(int64_t, max_batch_bytes, conv1d::SchedulerOptions().max_batch_bytes,
+          "scheduler: bytes (in plus out) per fused batch (fused mode only)");
 ABSL_FLAG(int32_t, completion_chunk, 8,
           "scheduler: fewest on_done calls a completion thread takes from a fused batch");
 ABSL_FLAG(std::string, timeline, "",
@@ -279,7 +281,10 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
   so.max_queued_requests = 1 << 16;
   so.completion_threads = absl::GetFlag(FLAGS_completion_threads);
   so.completion_chunk = absl::GetFlag(FLAGS_completion_chunk);
-  if (max_batch_requests > 1) so.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
+  if (max_batch_requests > 1) {
+    so.max_queue_delay_us = absl::GetFlag(FLAGS_max_queue_delay_us);
+    so.max_batch_bytes = absl::GetFlag(FLAGS_max_batch_bytes);
+  }
   auto sched = Scheduler::Create(so, backend, Clock::Real(), stages);
   if (!sched.ok()) {
     std::fprintf(stderr, "%s\n", sched.status().ToString().c_str());

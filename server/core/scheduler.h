@@ -69,9 +69,13 @@ namespace conv1d {
 
 struct SchedulerOptions {
   // Budget of Σ Task::bytes() (bytes read plus written) per fused batch.
-  // A single task larger than this still runs, alone.
-  // Default 256 MiB; valid range >= 1; otherwise INVALID_ARGUMENT.
-  int64_t max_batch_bytes = int64_t{256} << 20;
+  // A single task larger than this still runs, alone. Past a few MiB a
+  // batch has nothing left to amortise (a launch costs microseconds, 16 MiB
+  // of copies hundreds of them), while smaller batches let the lanes'
+  // copies and kernels overlap: 1 MB forwards ran 18-25 % faster in
+  // process at 16 MiB than at 256 MiB (bench/runtime/README.md).
+  // Default 16 MiB; valid range >= 1; otherwise INVALID_ARGUMENT.
+  int64_t max_batch_bytes = int64_t{16} << 20;
   // Tasks per fused batch; 1 disables fusion.
   // Default 64; valid range 1..65536; otherwise INVALID_ARGUMENT.
   int32_t max_batch_requests = 64;

@@ -49,8 +49,9 @@ struct GpuBackendOptions {
   // Lanes (stream + staging) per device. Range 1..64.
   int lanes_per_device = 4;
   // Pinned staging and device buffer per lane, in bytes; 0 derives it from
-  // device memory (1/128 of it, clamped to 64 MiB..512 MiB: twice the
-  // scheduler's default max_batch_bytes, so a full batch fits in one round).
+  // device memory (1/128 of it, clamped to 64 MiB..512 MiB: at least four
+  // times the scheduler's default max_batch_bytes, so a full batch fits in
+  // one round).
   int64_t lane_buffer_bytes = 0;
   // Kernel workspace per lane (dweight partials), in bytes. >= 1 MiB.
   int64_t workspace_bytes = int64_t{128} << 20;
