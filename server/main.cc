@@ -70,10 +70,10 @@ ABSL_FLAG(std::string, host_tensors, "auto",
           "backend's page-locked host buffers when it has them, i.e. gpu with a "
           "host pool; else protobuf strings), always (host buffers for every "
           "backend), never");
-ABSL_FLAG(int64_t, host_tensor_min_bytes, int64_t{4} << 10,
+ABSL_FLAG(int64_t, host_tensor_min_bytes, conv1d::ServerOptions().host_tensor_min_bytes,
           "smallest tensor that --host_tensors moves to host buffers (one copy "
           "on receipt, none on send); -1 = none");
-ABSL_FLAG(int64_t, max_batch_bytes, int64_t{16} << 20,
+ABSL_FLAG(int64_t, max_batch_bytes, conv1d::SchedulerOptions().max_batch_bytes,
           "bytes (inputs plus outputs) per fused batch; a larger request runs alone");
 ABSL_FLAG(int32_t, max_batch_requests, 64,
           "requests per fused batch, 1..65536; 1 disables fusion");

@@ -47,6 +47,10 @@ TEST(SchedulerCreateTest, RejectsEachInvalidOptionByName) {
       [](SchedulerOptions& o) { o.max_queue_delay_us = 60'000'000; });
   add("max_queued_requests",
       [](SchedulerOptions& o) { o.max_queued_requests = 0; });
+  add("completion_threads", [](SchedulerOptions& o) { o.completion_threads = -1; });
+  add("completion_threads", [](SchedulerOptions& o) { o.completion_threads = 65; });
+  add("completion_chunk", [](SchedulerOptions& o) { o.completion_chunk = 0; });
+  add("completion_chunk", [](SchedulerOptions& o) { o.completion_chunk = 4097; });
   for (const Case& c : cases) {
     auto s = Scheduler::Create(c.options, &backend, &clock, nullptr);
     ASSERT_FALSE(s.ok()) << c.field;

@@ -283,26 +283,6 @@ TEST_F(SchedulerTest, UnevenBatchesAreSharedOutWithoutLosingOrRepeatingTasks) {
   }
 }
 
-TEST_F(SchedulerTest, CompletionThreadsOutsideTheirRangeAreRejected) {
-  backend_ = std::make_unique<RecordingBackend>(1);
-  for (int n : {-1, 65}) {
-    SchedulerOptions o;
-    o.completion_threads = n;
-    auto s = Scheduler::Create(o, backend_.get(), &clock_, &observer_);
-    ASSERT_FALSE(s.ok());
-    EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
-    EXPECT_NE(s.status().message().find("completion_threads"), std::string::npos);
-  }
-  for (int n : {0, 4097}) {
-    SchedulerOptions o;
-    o.completion_chunk = n;
-    auto s = Scheduler::Create(o, backend_.get(), &clock_, &observer_);
-    ASSERT_FALSE(s.ok());
-    EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
-    EXPECT_NE(s.status().message().find("completion_chunk"), std::string::npos);
-  }
-}
-
 TEST_F(SchedulerTest, MaxBatchRequestsOfOneDisablesFusion) {
   SchedulerOptions o;
   o.max_batch_requests = 1;
