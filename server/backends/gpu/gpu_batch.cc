@@ -220,9 +220,7 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     one.state_len = seg.state_len;
     // Planning reads only sizes; non-null placeholders satisfy its checks.
     const void* p = lane.buffer;
-    one.x = one.weight = one.dout = p;
-    one.bias = one.initial_states = one.dfinal_states = p;
-    one.dx = one.dweight = one.dbias = one.dinitial_states = lane.buffer;
+    for (int r = 0; r < kNumRoles; ++r) one.set(RoleAt(r), p);
     kernels::Conv1dPlanInfo plan;
     if (kernels::Conv1dPlan(problem, &one, 1, &plan) != hipSuccess) return 0;
     return plan.workspace_bytes;
@@ -327,20 +325,20 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
         return lane.buffer + slot;
       };
       kernels::Conv1dSegment& t = lane.table[p];
-      t.y = stage_out(sl.y, seg.y, row.x, all.x);
-      t.dx = stage_out(sl.dx, seg.dx, row.x, all.x);
-      t.final_states = stage_out(sl.final_states, seg.final_states, row.state, all.state);
-      t.dinitial_states =
-          stage_out(sl.dinitial_states, seg.dinitial_states, row.state, all.state);
-      t.conv_state_out =
-          stage_out(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state);
+      t.set(Role::kY, stage_out(sl.y, seg.y, row.x, all.x));
+      t.set(Role::kDx, stage_out(sl.dx, seg.dx, row.x, all.x));
+      t.set(Role::kFinalStates, stage_out(sl.final_states, seg.final_states, row.state, all.state));
+      t.set(Role::kDinitialStates,
+            stage_out(sl.dinitial_states, seg.dinitial_states, row.state, all.state));
+      t.set(Role::kConvStateOut,
+            stage_out(sl.conv_state_out, seg.conv_state_out, row.conv_state, all.conv_state));
       if (sl.dweight >= 0) d2h_runs.push_back({sl.dweight, all.dweight});
       if (sl.dbias >= 0) d2h_runs.push_back({sl.dbias, all.dbias});
-      t.x = stage(sl.x, seg.x, row.x, all.x, true);
-      t.dout = stage(sl.dout, seg.dout, row.x, all.x, true);
-      t.initial_states = stage(sl.initial_states, seg.initial_states, row.state, all.state, true);
-      t.dfinal_states = stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state, true);
-      t.conv_state = stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state, true);
+      t.set(Role::kX, stage(sl.x, seg.x, row.x, all.x, true));
+      t.set(Role::kDout, stage(sl.dout, seg.dout, row.x, all.x, true));
+      t.set(Role::kInitialStates, stage(sl.initial_states, seg.initial_states, row.state, all.state, true));
+      t.set(Role::kDfinalStates, stage(sl.dfinal_states, seg.dfinal_states, row.state, all.state, true));
+      t.set(Role::kConvState, stage(sl.conv_state, seg.conv_state, row.conv_state, all.conv_state, true));
       if (convert_weights) {  // small: [D, W] and [D], staged as fp32
         if (sl.weight >= 0) {
           float* w = reinterpret_cast<float*>(lane.pinned + sl.weight);
@@ -361,12 +359,12 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
         stage(sl.weight, seg.weight, 0, all.weight, false);
         stage(sl.bias, seg.bias, 0, all.bias, false);
       }
-      t.weight = on_device[pc.segment] ? cached[pc.segment].weight : dev_ptr(sl.weight);
-      t.bias = !key.has_bias ? nullptr
-               : on_device[pc.segment] ? cached[pc.segment].bias
-                                       : dev_ptr(sl.bias);
-      t.dweight = dev_ptr(sl.dweight);
-      t.dbias = dev_ptr(sl.dbias);
+      t.set(Role::kWeight, on_device[pc.segment] ? cached[pc.segment].weight : dev_ptr(sl.weight));
+      t.set(Role::kBias, !key.has_bias ? nullptr
+                         : on_device[pc.segment] ? cached[pc.segment].bias
+                                                 : dev_ptr(sl.bias));
+      t.set(Role::kDweight, dev_ptr(sl.dweight));
+      t.set(Role::kDbias, dev_ptr(sl.dbias));
       t.batch = pc.b_count;
       t.seqlen = seg.seqlen;
       t.state_len = seg.state_len;
