@@ -101,10 +101,7 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
     one.seqlen = seg.seqlen;
     one.state_len = seg.state_len;
     // Planning reads only sizes; non-null placeholders satisfy its checks.
-    const void* p = lane.buffer;
-    one.x = one.weight = one.dout = p;
-    one.bias = one.initial_states = one.dfinal_states = p;
-    one.dx = one.dweight = one.dbias = one.dinitial_states = lane.buffer;
+    for (int r = 0; r < kNumRoles; ++r) one.set(RoleAt(r), lane.buffer);
     kernels::Conv1dPlanInfo plan;
     if (kernels::Conv1dPlan(problem, &one, 1, &plan) != hipSuccess) return 0;
     return plan.workspace_bytes;

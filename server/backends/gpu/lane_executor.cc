@@ -68,25 +68,6 @@ void* AddressOf(const RoundPlan::Tensor& t, char* lane_buffer, const DeviceWeigh
   }
 }
 
-void SetTablePointer(kernels::Conv1dSegment& t, Role role, void* p) {
-  switch (role) {
-    case Role::kX: t.x = p; break;
-    case Role::kWeight: t.weight = p; break;
-    case Role::kBias: t.bias = p; break;
-    case Role::kInitialStates: t.initial_states = p; break;
-    case Role::kDout: t.dout = p; break;
-    case Role::kDfinalStates: t.dfinal_states = p; break;
-    case Role::kConvState: t.conv_state = p; break;
-    case Role::kY: t.y = p; break;
-    case Role::kFinalStates: t.final_states = p; break;
-    case Role::kDx: t.dx = p; break;
-    case Role::kDweight: t.dweight = p; break;
-    case Role::kDbias: t.dbias = p; break;
-    case Role::kDinitialStates: t.dinitial_states = p; break;
-    case Role::kConvStateOut: t.conv_state_out = p; break;
-  }
-}
-
 // Converts weights the kernels do not take in their dtype to fp32 staging.
 void ConvertWeights(const BatchKey& key, const ConvSegment& seg, Role role, float* dst) {
   const int64_t n = role == Role::kWeight ? key.dim * key.width : key.dim;
@@ -137,7 +118,7 @@ absl::Status ExecuteRound(GpuBackend::Lane& lane, GpuBackend::Device& dev,
     for (int i = 0; i < kNumRoles; ++i) {
       const Role role = RoleAt(i);
       const RoundPlan::Tensor& tensor = plan.tensors[p][i];
-      SetTablePointer(t, role, AddressOf(tensor, lane.buffer, &ctx.resident[pc.segment], role));
+      t.set(role, AddressOf(tensor, lane.buffer, &ctx.resident[pc.segment], role));
       if (tensor.move == Move::kConvert) {
         ConvertWeights(key, seg, role, reinterpret_cast<float*>(lane.pinned + tensor.lane_offset));
       }
