@@ -15,8 +15,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "server/core/conv_problem.h"
+#include "server/core/state_slots.h"
 
 namespace conv1d {
 
@@ -79,6 +82,16 @@ class Backend {
   // into (it saves the backend a copy), i.e. when it comes from a
   // page-locked pool. Thread-safe.
   virtual bool PrefersHostBuffers() const { return false; }
+
+  // The decode sessions' state slots (state_slots.h), made once at start:
+  // memory the backend's update computes read and write in place, as the
+  // conv_state and conv_state_out of session steps. Default: UNIMPLEMENTED,
+  // i.e. the backend serves no sessions. Called once, before serving.
+  virtual absl::StatusOr<std::unique_ptr<StateSlots>> CreateStateSlots(
+      const StateSlotsOptions& options) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", name(), " backend does not serve decode sessions"));
+  }
 
   // Computes every segment and writes all requested outputs. Blocking.
   // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called

@@ -43,6 +43,14 @@ class CpuBackend final : public Backend {
   // Checks presence and sizes of the segment's tensors for `key`.
   absl::Status CanServe(const BatchKey& key, const ConvSegment& segment) const override;
 
+  // Host memory (HostStateSlots); steps update it in place.
+  absl::StatusOr<std::unique_ptr<StateSlots>> CreateStateSlots(
+      const StateSlotsOptions& options) override {
+    absl::StatusOr<std::unique_ptr<HostStateSlots>> slots = HostStateSlots::Create(options);
+    if (!slots.ok()) return slots.status();
+    return std::unique_ptr<StateSlots>(std::move(*slots));
+  }
+
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,
                         BatchStats* stats) override;
