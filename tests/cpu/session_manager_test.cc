@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/core/fake_clock.h"
+#include "server/core/scheduler.h"
 #include "server/core/state_slots.h"
 #include "tests/cpu/reference.h"
 #include "tests/cpu/test_util.h"
@@ -382,6 +383,78 @@ TEST_F(SessionTest, IdleSessionsExpireOnTheClock) {
   EXPECT_TRUE(manager_->Find(streamed->id()).ok());  // attached: never expires
   EXPECT_EQ(manager_->open_sessions(), 1);
   EXPECT_EQ(manager_->free_slots(), 3);
+}
+
+// Counts what the scheduler reports about session steps.
+class StepCounter final : public Observer {
+ public:
+  void OnSessionStepsPerLaunch(int32_t steps) override {
+    absl::MutexLock lock(&mu_);
+    launches_.push_back(steps);
+  }
+  std::vector<int32_t> launches() {
+    absl::MutexLock lock(&mu_);
+    return launches_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int32_t> launches_;
+};
+
+TEST_F(SessionTest, StepsOfManySessionsFuseIntoOneBackendCall) {
+  const uint64_t seed = 123;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Problem p = MakeProblem(DType::kF32, Layout::kChannelFirst, seed);
+  StepCounter counter;
+  SchedulerOptions so;
+  so.max_batch_requests = 4;
+  so.max_queue_delay_us = 10'000'000;  // wait (on the fake clock) for 4 steps
+  so.completion_threads = 0;
+  auto scheduler = *Scheduler::Create(so, backend_.get(), &clock_, &counter);
+  std::mt19937_64 rng(seed);
+  const int64_t len = 7;
+  std::vector<std::vector<uint8_t>> xs(4), ys(4);
+  std::vector<std::shared_ptr<Session>> sessions;
+  for (int i = 0; i < 4; ++i) {
+    FillRandom(&xs[i], p.dtype, p.batch * p.dim * len, rng);
+    ys[i].assign(xs[i].size(), 0xff);
+    sessions.push_back(Open(p));
+  }
+  absl::Mutex mu;
+  int done = 0;
+  for (int64_t t = 0; t < len; ++t) {
+    std::vector<std::vector<uint8_t>> step_x(4), step_y(4);
+    for (int i = 0; i < 4; ++i) {
+      step_x[i] = Slice(p, xs[i], len, t, 1);
+      step_y[i].assign(step_x[i].size(), 0xff);
+      auto task = std::make_unique<Task>();
+      TensorView xv{p.dtype, Shape{p.batch, p.dim, 1}, step_x[i].data(),
+                    static_cast<int64_t>(step_x[i].size())};
+      OutputView yv{p.dtype, Shape{p.batch, p.dim, 1}, step_y[i].data(),
+                    static_cast<int64_t>(step_y[i].size())};
+      ASSERT_TRUE(manager_->BeginStep(*sessions[i], xv, yv, &task->key, &task->segment).ok());
+      task->session_step = true;
+      task->on_done = [&, s = sessions[i]](const absl::Status& st, const TaskTimings& tm) {
+        EXPECT_TRUE(st.ok()) << st;
+        manager_->EndStep(*s, st, tm.reached_backend);
+        absl::MutexLock lock(&mu);
+        ++done;
+      };
+      ASSERT_TRUE(scheduler->Submit(&task).ok());
+    }
+    const int want = static_cast<int>((t + 1) * 4);
+    auto reached = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == want; };
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&reached));
+    for (int i = 0; i < 4; ++i) Place(p, step_y[i], t, 1, len, &ys[i]);
+  }
+  scheduler->Shutdown();
+  for (int i = 0; i < 4; ++i) {
+    const ref::Outputs r = Reference(p, xs[i], len);
+    EXPECT_TRUE(Close("y", ys[i], p.dtype, r.y, r.y_scale, 1e-6)) << "session " << i;
+  }
+  EXPECT_EQ(counter.launches(), std::vector<int32_t>(len, 4));
 }
 
 TEST(HostStateSlotsTest, ShiftRightMovesEachRowAndZeroesItsHead) {
