@@ -17,10 +17,11 @@ absl::Status ToAbsl(const grpc::Status& s) {
 absl::StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Open(
     Conv1dClient& client, const v1::OpenSessionRequest& open, absl::Duration timeout) {
   std::unique_ptr<DecodeSession> s(new DecodeSession());
+  s->ctx_ = std::make_unique<grpc::ClientContext>();
   if (timeout != absl::InfiniteDuration()) {
-    s->ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    s->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   }
-  s->stream_ = client.NextStub()->Decode(&s->ctx_);
+  s->stream_ = client.NextStub()->Decode(s->ctx_.get());
   v1::DecodeRequest req;
   *req.mutable_open() = open;
   v1::DecodeResponse resp;
@@ -33,10 +34,22 @@ DecodeSession::~DecodeSession() {
   if (stream_ != nullptr && !done_) Close().IgnoreError();
 }
 
+absl::Status DecodeSession::FinishCall() {
+  // Half-close first: a server that ended the stream (a drain) while it
+  // waited for our next message finishes the call at once instead of
+  // waiting for that message until its drain deadline.
+  if (!half_closed_) stream_->WritesDone();
+  half_closed_ = true;
+  const absl::Status st = ToAbsl(stream_->Finish());
+  stream_.reset();
+  ctx_.reset();
+  return st;
+}
+
 absl::Status DecodeSession::Ended() {
   if (done_) return ended_;
   done_ = true;
-  absl::Status st = ToAbsl(stream_->Finish());
+  absl::Status st = FinishCall();
   ended_ = st.ok() ? absl::FailedPreconditionError("the Decode stream has ended") : st;
   return st.ok() ? absl::InternalError("the server ended the Decode stream early") : st;
 }
@@ -45,17 +58,20 @@ absl::Status DecodeSession::Call(const v1::DecodeRequest& req,
                                  v1::DecodeResponse::KindCase kind,
                                  v1::DecodeResponse* resp) {
   if (done_) return ended_;
-  if (!stream_->Write(req) || !stream_->Read(resp)) return Ended();
-  if (resp->draining()) {
-    // The state, then UNAVAILABLE: this operation did not happen.
-    drained_state_ = resp->export_state().conv_state();
+  const bool wrote = stream_->Write(req);
+  if (!wrote || !stream_->Read(resp) || resp->draining()) {
+    // The stream has ended. A drain sent the state before its UNAVAILABLE
+    // (this operation did not happen); read what is left, so that Finish
+    // does not wait on unread messages.
+    if (wrote && resp->draining()) drained_state_ = resp->export_state().conv_state();
     v1::DecodeResponse extra;
     while (stream_->Read(&extra)) {
+      if (extra.draining()) drained_state_ = extra.export_state().conv_state();
     }
     return Ended();
   }
   if (resp->kind_case() != kind) {
-    ctx_.TryCancel();
+    ctx_->TryCancel();
     Ended().IgnoreError();
     ended_ = absl::InternalError(absl::StrCat("the server answered kind ", resp->kind_case(),
                                               ", expected ", kind));
@@ -101,11 +117,13 @@ absl::Status DecodeSession::Close() {
   if (done_) return ended_.code() == absl::StatusCode::kFailedPrecondition ? absl::OkStatus()
                                                                           : ended_;
   stream_->WritesDone();
+  half_closed_ = true;
   v1::DecodeResponse extra;
   while (stream_->Read(&extra)) {
+    if (extra.draining()) drained_state_ = extra.export_state().conv_state();
   }
   done_ = true;
-  const absl::Status st = ToAbsl(stream_->Finish());
+  const absl::Status st = FinishCall();
   ended_ = st.ok() ? absl::FailedPreconditionError("the Decode stream has ended") : st;
   return st;
 }

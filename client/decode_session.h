@@ -65,13 +65,18 @@ class DecodeSession {
                     v1::DecodeResponse* resp);
   // The stream ended: its status (and any drained state).
   absl::Status Ended();
+  // Finishes the call and releases it; its status.
+  absl::Status FinishCall();
 
-  grpc::ClientContext ctx_;
+  // Both released once the stream has ended, so that the server (which
+  // keeps its last read open while the call lives) finishes it at once.
+  std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>> stream_;
   v1::OpenSessionResponse opened_;
   std::optional<v1::Tensor> drained_state_;
   absl::Status ended_;  // non-OK once the stream has ended
   bool done_ = false;
+  bool half_closed_ = false;  // WritesDone sent
 };
 
 // Tokens [t0, t0 + n) of an activation tensor [B, D, L] (or [B, L, D] when
