@@ -133,18 +133,22 @@ absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
   }
   if (options.listen_address.empty()) return obs;
   try {
-    // One thread serves scrapes; a second lets a slow scraper not block
-    // another (Prometheus plus a human with curl).
-    obs->exposer_ =
-        std::make_unique<prometheus::Exposer>(options.listen_address, 2);
+    // Each civetweb thread serves one connection at a time: enough of them
+    // that idle connections do not hold up a scrape, and a timeout that
+    // closes a connection which sends no request.
+    std::vector<std::string> civet_options = {
+        "listening_ports", options.listen_address,
+        "num_threads", std::to_string(kMetricsThreads),
+        "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)};
+    obs->exposer_ = std::make_unique<prometheus::Exposer>(std::move(civet_options));
     obs->exposer_->RegisterCollectable(obs->registry_);
     std::vector<int> ports = obs->exposer_->GetListeningPorts();
     obs->bound_port_ = ports.empty() ? 0 : ports.front();
     obs->wake_host_ = WakeHost(options.listen_address);
   } catch (const std::exception& e) {
     obs->exposer_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on '", options.listen_address,
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_listen: cannot listen on '", options.listen_address,
                      "' (address in use or malformed host:port): ", e.what()));
   }
   return obs;

@@ -1,6 +1,10 @@
 // PrometheusObserver: the Observer that turns the server's hooks into
 // Prometheus metrics (prometheus-cpp) and serves them as text exposition on
-// their own HTTP port (`--metrics_listen`, default 0.0.0.0:8002, /metrics).
+// their own HTTP port (`--metrics_listen`, default 127.0.0.1:8002, /metrics).
+// The port's web server runs
+// kMetricsThreads threads and drops a connection that sends no complete
+// request within kMetricsRequestTimeoutMs, so idle or slow connections do
+// not hold up scrapes.
 // Every metric is listed in docs/metrics.md.
 //
 // Used by the server's main: it creates one, hands it to the frontend, the
@@ -34,10 +38,17 @@
 
 namespace conv1d {
 
+// Web server threads of the metrics port: each serves one connection at a
+// time, so this many idle connections (up to the timeout below) are needed
+// to delay a scrape.
+inline constexpr int kMetricsThreads = 8;
+// A connection that has not sent a whole request by then is closed.
+inline constexpr int kMetricsRequestTimeoutMs = 5000;
+
 struct MetricsOptions {
   // host:port for the HTTP endpoint; port 0 picks a free port (see
   // bound_port()). Empty: collect only, serve nothing (Render() still works).
-  std::string listen_address = "0.0.0.0:8002";
+  std::string listen_address = "127.0.0.1:8002";
   // Reported as labels of conv1d_build_info.
   std::string version;
   std::string git_sha;
@@ -47,7 +58,8 @@ struct MetricsOptions {
 
 class PrometheusObserver final : public Observer {
  public:
-  // Fails (UNAVAILABLE, naming the address) when the port cannot be bound.
+  // Fails (INVALID_ARGUMENT, naming the address) when the port cannot be
+  // bound, UNAVAILABLE when the TLS files cannot be loaded.
   static absl::StatusOr<std::unique_ptr<PrometheusObserver>> Create(
       const MetricsOptions& options);
   ~PrometheusObserver() override;
