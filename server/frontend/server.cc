@@ -109,6 +109,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     metrics_options.listen_address = options.metrics_listen_address;
     metrics_options.version = CONV1D_VERSION;
     metrics_options.git_sha = CONV1D_GIT_SHA;
+    metrics_options.tls_cert_file = options.metrics_tls.cert_file;
+    metrics_options.tls_key_file = options.metrics_tls.key_file;
+    metrics_options.tls_client_ca_file = options.metrics_tls.client_ca_file;
     absl::StatusOr<std::unique_ptr<PrometheusObserver>> prom =
         PrometheusObserver::Create(metrics_options);
     if (!prom.ok()) return prom.status();

@@ -1,6 +1,7 @@
 // PrometheusObserver: the Observer that turns the server's hooks into
 // Prometheus metrics (prometheus-cpp) and serves them as text exposition on
-// their own HTTP port (`--metrics_listen`, default 127.0.0.1:8002, /metrics).
+// their own HTTP port (`--metrics_listen`, default 127.0.0.1:8002, /metrics),
+// or HTTPS through MetricsTlsProxy (metrics_tls.h).
 // The port's web server runs
 // kMetricsThreads threads and drops a connection that sends no complete
 // request within kMetricsRequestTimeoutMs, so idle or slow connections do
@@ -35,6 +36,7 @@
 #include "prometheus/registry.h"
 #include "server/core/observer.h"
 #include "server/metrics/lazy_children.h"
+#include "server/metrics/metrics_tls.h"
 
 namespace conv1d {
 
@@ -49,6 +51,11 @@ struct MetricsOptions {
   // host:port for the HTTP endpoint; port 0 picks a free port (see
   // bound_port()). Empty: collect only, serve nothing (Render() still works).
   std::string listen_address = "127.0.0.1:8002";
+  // HTTPS (metrics_tls.h): PEM certificate chain and key, both or neither;
+  // with a client CA, scrapers must present a certificate signed by it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   // Reported as labels of conv1d_build_info.
   std::string version;
   std::string git_sha;
@@ -199,8 +206,10 @@ class PrometheusObserver final : public Observer {
 
   // Declared last: destroyed first, so no scrape runs during teardown.
   std::unique_ptr<prometheus::Exposer> exposer_;
-  int bound_port_ = 0;
-  std::string wake_host_;  // where to connect to unblock the listener on stop
+  int bound_port_ = 0;     // what scrapers connect to
+  int exporter_port_ = 0;  // the exporter's own (loopback with TLS)
+  std::string wake_host_;  // where to connect to unblock the exporter on stop
+  std::unique_ptr<MetricsTlsProxy> tls_proxy_;
 };
 
 }  // namespace conv1d

@@ -12,6 +12,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -179,6 +180,44 @@ class Security(unittest.TestCase):
             self.assertIn("conv1d_build_info", body)
             self.assertLess(took, 1.0)
 
+    def test_metrics_over_mtls(self):
+        cert, key = self.path("metrics.pem"), self.path("metrics.key")
+        shutil.copy(self.path("server.pem"), cert)
+        shutil.copy(self.path("server.key"), key)
+        with Proc(f"--metrics_tls_cert={cert}", f"--metrics_tls_key={key}",
+                  f"--metrics_tls_client_ca={self.path('ca.pem')}") as srv:
+            url = f"https://127.0.0.1:{srv.metrics_port}/metrics"
+
+            def scrape(ca="ca", client=True):
+                ctx = ssl.create_default_context(cafile=self.path(f"{ca}.pem"))
+                if client:
+                    ctx.load_cert_chain(self.path("client.pem"), self.path("client.key"))
+                return urllib.request.urlopen(url, context=ctx, timeout=5).read().decode()
+
+            self.assertIn("conv1d_build_info", scrape())
+            with self.assertRaises(Exception):
+                scrape(client=False)
+            with self.assertRaises(Exception):
+                urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics",
+                                       timeout=5).read()
+            # Idle connections to the TLS port do not stall a scrape either.
+            idle = [socket.create_connection(("127.0.0.1", srv.metrics_port)) for _ in range(4)]
+            try:
+                start = time.monotonic()
+                self.assertIn("conv1d_build_info", scrape())
+                self.assertLess(time.monotonic() - start, 1.0)
+            finally:
+                for sock in idle:
+                    sock.close()
+            # A renewed certificate is served from the next handshake on.
+            shutil.copy(self.path("server2.key"), key + ".new")
+            shutil.copy(self.path("server2.pem"), cert + ".new")
+            os.replace(key + ".new", key)
+            os.replace(cert + ".new", cert)
+            self.assertIn("conv1d_build_info", scrape(ca="ca2"))
+            with self.assertRaises(Exception):
+                scrape(ca="ca")
+
     # -- TLS --------------------------------------------------------------
 
     def test_tls_refuses_plaintext(self):
@@ -218,7 +257,8 @@ class Security(unittest.TestCase):
                 r = run([LOAD, f"--target={srv.target}", *cli_tls, "--concurrency=2",
                          "--duration_s=0.5", "--warmup_s=0.1", "--window_s=0.25",
                          "--max_trials=2", "--shape=1x64x32"], timeout=60)
-                self.assertRegex(r.stdout, r"concurrency 2 .* errors 0 ")
+                self.assertRegex(r.stdout, r"concurrency 2 .* errors 0\b")
+                self.assertIn(" 0 errors, 0 wrong answers", r.stdout)
                 # conv1d_load can die of SIGSEGV in gRPC's callback thread
                 # while the process exits, after its report (a race in its
                 # shutdown, not in TLS): such a run is repeated.
