@@ -44,11 +44,11 @@ std::string Digest(std::string_view token) {
 
 }  // namespace
 
-const char* RoleName(Role role) { return role == Role::kAdmin ? "admin" : "infer"; }
+const char* AuthRoleName(AuthRole role) { return role == AuthRole::kAdmin ? "admin" : "infer"; }
 
 absl::StatusOr<TokenTable> ParseTokenFile(std::string_view text) {
   TokenTable table;
-  std::unordered_map<std::string, Role> roles;
+  std::unordered_map<std::string, AuthRole> roles;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
     ++line_number;
@@ -80,11 +80,11 @@ absl::StatusOr<TokenTable> ParseTokenFile(std::string_view text) {
         return error("principal has a character outside [A-Za-z0-9._@-]");
       }
     }
-    Role role;
+    AuthRole role;
     if (role_name == "infer") {
-      role = Role::kInfer;
+      role = AuthRole::kInfer;
     } else if (role_name == "admin") {
-      role = Role::kAdmin;
+      role = AuthRole::kAdmin;
     } else {
       return error(absl::StrCat("role '", absl::CHexEscape(role_name),
                                 "' is neither infer nor admin"));
@@ -92,7 +92,7 @@ absl::StatusOr<TokenTable> ParseTokenFile(std::string_view text) {
     auto [it, fresh] = roles.emplace(std::string(name), role);
     if (!fresh && it->second != role) {
       return error(absl::StrCat("principal '", name, "' already has role ",
-                                RoleName(it->second)));
+                                AuthRoleName(it->second)));
     }
     Principal p;
     p.name = std::string(name);
@@ -189,22 +189,22 @@ grpc::Status TokenAuthProcessor::Process(const InputMetadata& auth_metadata,
 WeightOwner OwnerFor(const Principal& p) {
   WeightOwner owner;
   owner.principal = p.name;
-  owner.shared = p.role == Role::kAdmin;
+  owner.shared = p.role == AuthRole::kAdmin;
   return owner;
 }
 
 absl::Status MayChangeWeights(const Principal& p, const WeightSet& existing) {
-  if (p.role == Role::kAdmin || (!existing.owner.shared && existing.owner.principal == p.name)) {
+  if (p.role == AuthRole::kAdmin || (!existing.owner.shared && existing.owner.principal == p.name)) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
       "name: weight set '", existing.name, "' belongs to ",
       existing.owner.shared ? "the admins" : "another principal", "; principal '", p.name,
-      "' (role ", RoleName(p.role), ") may not replace or unregister it"));
+      "' (role ", AuthRoleName(p.role), ") may not replace or unregister it"));
 }
 
 absl::Status MayUseWeights(const Principal& p, const WeightSet& set) {
-  if (p.role == Role::kAdmin || set.owner.shared || set.owner.principal == p.name) {
+  if (p.role == AuthRole::kAdmin || set.owner.shared || set.owner.principal == p.name) {
     return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(

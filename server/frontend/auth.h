@@ -52,12 +52,12 @@ namespace conv1d {
 inline constexpr char kAuthorizationKey[] = "authorization";
 inline constexpr char kBearerPrefix[] = "Bearer ";
 
-enum class Role { kInfer, kAdmin };
-const char* RoleName(Role role);
+enum class AuthRole { kInfer, kAdmin };
+const char* AuthRoleName(AuthRole role);
 
 struct Principal {
   std::string name;
-  Role role = Role::kInfer;
+  AuthRole role = AuthRole::kInfer;
 };
 
 // Token digest (SHA-256, hex) -> principal. Only digests are kept, so a

@@ -86,7 +86,7 @@ Conv1dService::CallInfo Conv1dService::Begin(const char* method,
     }
   } else {
     // Without authentication every caller may do everything.
-    call.principal.role = Role::kAdmin;
+    call.principal.role = AuthRole::kAdmin;
   }
   return call;
 }

@@ -76,11 +76,11 @@ TEST_F(AuthenticatorTest, MapsBearerTokensToPrincipals) {
   absl::StatusOr<Principal> p = auth_->AuthenticateHeader(std::string("Bearer ") + kAliceToken);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->name, "alice");
-  EXPECT_EQ(p->role, Role::kInfer);
+  EXPECT_EQ(p->role, AuthRole::kInfer);
   p = auth_->AuthenticateHeader(std::string("bearer ") + kOpsToken);  // scheme: any case
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->name, "ops");
-  EXPECT_EQ(p->role, Role::kAdmin);
+  EXPECT_EQ(p->role, AuthRole::kAdmin);
   for (const std::string& bad : {std::string("Bearer ") + kAliceToken + "x",
                                  std::string(kAliceToken), std::string("Basic ") + kAliceToken,
                                  std::string("Bearer "), std::string("Bearer ") +
@@ -103,8 +103,8 @@ TEST_F(AuthenticatorTest, ReloadSwapsTheTableAndKeepsItOnError) {
 }
 
 TEST(WeightPolicy, OwnersAdminsAndOthers) {
-  const Principal alice{"alice", Role::kInfer}, bob{"bob", Role::kInfer};
-  const Principal ops{"ops", Role::kAdmin}, ops2{"ops2", Role::kAdmin};
+  const Principal alice{"alice", AuthRole::kInfer}, bob{"bob", AuthRole::kInfer};
+  const Principal ops{"ops", AuthRole::kAdmin}, ops2{"ops2", AuthRole::kAdmin};
   WeightRegistry registry;
   const std::string w(2 * 4 * 4, '\0');
   auto may = [](const Principal& p) {
