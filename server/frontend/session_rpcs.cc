@@ -83,7 +83,8 @@ int Conv1dService::DrainSessionStreams() {
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Conv1dService::Decode(
     grpc::CallbackServerContext* context) {
   if (sessions_ == nullptr) return new RefusedStream(NoSessions());
-  return DecodeStream::Start(context, sessions_.get(), observer_);
+  return DecodeStream::Start(context, sessions_.get(), observer_,
+                             request_ids_.Next(*context), options_.access_log.get());
 }
 
 grpc::ServerUnaryReactor* Conv1dService::OpenSession(grpc::CallbackServerContext* context,
