@@ -68,7 +68,7 @@ Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler
                           : -1) {
   if (sessions != nullptr) {
     sessions_ = std::make_unique<SessionCalls>(sessions, scheduler, registry, options.limits,
-                                               &next_task_id_);
+                                               backend_.limits, &next_task_id_);
   }
 }
 

@@ -89,7 +89,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Conv1dService::Deco
     absl::StatusOr<Principal> principal = options_.auth->Authenticate(context->client_metadata());
     if (!principal.ok()) return new RefusedStream(principal.status());
   }
-  return DecodeStream::Start(context, sessions_.get(), observer_);
+  return DecodeStream::Start(context, sessions_.get(), observer_,
+                             request_ids_.Next(*context), options_.access_log.get());
 }
 
 grpc::ServerUnaryReactor* Conv1dService::OpenSession(grpc::CallbackServerContext* context,

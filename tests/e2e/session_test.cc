@@ -154,6 +154,12 @@ class DecodeCall {
     }
     return stream_->Finish();
   }
+  // The server's x-request-id trailer; empty when absent. After End().
+  std::string RequestId() const {
+    const auto& trailers = ctx_.GetServerTrailingMetadata();
+    auto it = trailers.find("x-request-id");
+    return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+  }
   grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>* stream() {
     return stream_.get();
   }
@@ -216,6 +222,7 @@ TEST_P(ChainE2ETest, ThousandOneTokenStepsOnAStreamEqualOneForward) {
   ExpectClose(y, Forward(x, w));
   EXPECT_EQ(call.Export().data(), LastK(x, kW - 1).data());
   EXPECT_TRUE(call.End().ok());
+  EXPECT_FALSE(call.RequestId().empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, ChainE2ETest,
