@@ -116,6 +116,9 @@ class Conv1dClient {
 
   const ClientOptions& options() const { return options_; }
   int num_channels() const { return static_cast<int>(channels_.size()); }
+  // One of the client's connections (round-robin), with its credentials, for
+  // other services on the same server (e.g. server reflection).
+  std::shared_ptr<grpc::Channel> channel() { return NextChannel().channel; }
   // Calls that were retried at least once since creation.
   int64_t retried_calls() const { return retried_calls_.load(); }
 
