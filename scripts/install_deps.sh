@@ -27,6 +27,7 @@ if [[ $want_test == 1 ]]; then
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
     yamllint shellcheck
+    docker-compose        # 1.29: the oldest Compose the docs name parses deploy/compose*.yaml
   )
   # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
   # (Debian's comes in kubernetes-client).

@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/cli/describe.h"
 #include "client/conv1d_client.h"
@@ -36,6 +39,10 @@
 #include "client/workload.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051", "Server address host:port (comma list: round-robin).");
+ABSL_FLAG(int, listen_of_pid, 0,
+          "Instead of --target: the address of the conv1d_server running as this process id, "
+          "from its --listen flag (default port 50051; a wildcard host becomes 127.0.0.1). "
+          "A container's HEALTHCHECK uses --listen_of_pid=1, so it follows the server's port.");
 ABSL_FLAG(double, timeout_s, 60, "Deadline of each call, retries included.");
 ABSL_FLAG(int, attempts, 4, "Attempts per call (retries on UNAVAILABLE/RESOURCE_EXHAUSTED); 1 = none.");
 ABSL_FLAG(std::string, service, "", "health: service name to ask about ('' = whole server). "
@@ -324,6 +331,42 @@ void PrintWeightsInfo(const v1::WeightsInfo& i) {
               i.has_bias() ? " bias" : "", static_cast<long long>(i.bytes()));
 }
 
+// The address to reach the conv1d_server of process `pid` on, from its
+// command line (/proc/PID/cmdline): --listen=HOST:PORT or --listen HOST:PORT,
+// the server's default without one; wildcard hosts become loopback.
+absl::StatusOr<std::string> TargetOfPid(int pid) {
+  const std::string path = absl::StrCat("/proc/", pid, "/cmdline");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("--listen_of_pid: cannot read ", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::vector<std::string> args = absl::StrSplit(ss.str(), '\0');
+  std::string listen = "0.0.0.0:50051";
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view a = args[i];
+    if (!absl::ConsumePrefix(&a, "--listen") && !absl::ConsumePrefix(&a, "-listen")) continue;
+    if (absl::ConsumePrefix(&a, "=")) {
+      listen = std::string(a);
+    } else if (a.empty() && i + 1 < args.size()) {
+      listen = args[i + 1];
+    }
+  }
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen_of_pid: the server's --listen '", listen, "' has no port"));
+  }
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  if (port == "0") {
+    return absl::InvalidArgumentError(
+        "--listen_of_pid: the server listens on port 0 (a free port); use --target");
+  }
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "[::]") host = "[::1]";
+  return absl::StrCat(host, ":", port);
+}
+
 // Checks of the flags every command shares; INVALID_ARGUMENT names the flag.
 absl::Status CheckCommonFlags() {
   const double timeout_s = absl::GetFlag(FLAGS_timeout_s);
@@ -386,6 +429,12 @@ int Run(const std::string& command) {
 
   ClientOptions opts;
   opts.targets = SplitTargets(absl::GetFlag(FLAGS_target));
+  if (const int pid = absl::GetFlag(FLAGS_listen_of_pid); pid != 0) {
+    if (pid < 0) return UsageError(absl::StrCat("--listen_of_pid: ", pid, " is not a process id"));
+    absl::StatusOr<std::string> target = TargetOfPid(pid);
+    if (!target.ok()) return UsageError(target.status().message());
+    opts.targets = {*target};
+  }
   opts.retry.max_attempts = absl::GetFlag(FLAGS_attempts);
   opts.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);

@@ -105,7 +105,8 @@ std::vector<double> PrometheusObserver::ByteBuckets() {
 }
 
 PrometheusObserver::PrometheusObserver()
-    : registry_(std::make_shared<prometheus::Registry>()) {}
+    : registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_shared<ProcessCollector>()) {}
 
 PrometheusObserver::~PrometheusObserver() {
   if (exposer_ == nullptr || bound_port_ <= 0) return;
@@ -138,6 +139,7 @@ absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
     obs->exposer_ =
         std::make_unique<prometheus::Exposer>(options.listen_address, 2);
     obs->exposer_->RegisterCollectable(obs->registry_);
+    obs->exposer_->RegisterCollectable(obs->process_);
     std::vector<int> ports = obs->exposer_->GetListeningPorts();
     obs->bound_port_ = ports.empty() ? 0 : ports.front();
     obs->wake_host_ = WakeHost(options.listen_address);
@@ -418,7 +420,10 @@ void PrometheusObserver::SetBuildInfo(const std::string& backend,
 }
 
 std::string PrometheusObserver::Render() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> process = process_->Collect();
+  families.insert(families.end(), process.begin(), process.end());
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void PrometheusObserver::OnRequestStart(const char* method) {

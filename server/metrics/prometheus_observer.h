@@ -1,7 +1,8 @@
 // PrometheusObserver: the Observer that turns the server's hooks into
 // Prometheus metrics (prometheus-cpp) and serves them as text exposition on
 // their own HTTP port (`--metrics_listen`, default 0.0.0.0:8002, /metrics).
-// Every metric is listed in docs/metrics.md.
+// Every metric is listed in docs/metrics.md; the standard process_* metrics
+// come from ProcessCollector.
 //
 // Used by the server's main: it creates one, hands it to the frontend, the
 // scheduler, the weight registry and the backends as their Observer, and
@@ -31,6 +32,7 @@
 #include "prometheus/registry.h"
 #include "server/core/observer.h"
 #include "server/metrics/lazy_children.h"
+#include "server/metrics/process_collector.h"
 
 namespace conv1d {
 
@@ -136,6 +138,7 @@ class PrometheusObserver final : public Observer {
 
   // Declared first so that it outlives every pointer below and the exposer.
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<ProcessCollector> process_;  // process_* metrics, read on scrape
 
   absl::Mutex build_info_mu_;
   prometheus::Family<prometheus::Gauge>* build_info_family_ = nullptr;

@@ -95,6 +95,15 @@ class CliAgainstCpu(unittest.TestCase):
         self.assertEqual((yb.dtype, yb.shape), (np.uint16, x.shape))
 
 
+    def test_health_follows_the_listen_flag_of_a_process(self):
+        # What a container's HEALTHCHECK does with the server as PID 1.
+        r = run([CLIENT, f"--listen_of_pid={self.srv.proc.pid}", "--timeout_s=2", "health"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "SERVING")
+        r = run([CLIENT, "--listen_of_pid=999999999", "health"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/proc/999999999/cmdline", r.stderr)
+
     def test_describe_by_reflection(self):
         r = self.cli("describe")
         self.assertEqual(r.returncode, 0, r.stderr)
