@@ -55,5 +55,5 @@ fi
 jobs=$(nproc)
 cmake --preset "$preset"
 cmake --build "$build_dir" -j "$jobs" --target conv1d_server conv1d_client conv1d_load
-echo "serve.sh: starting $build_dir/server/conv1d_server ${server_args[*]}" >&2
+echo "serve.sh: installed and built in ${SECONDS} s; starting $build_dir/server/conv1d_server ${server_args[*]}" >&2
 exec "$build_dir/server/conv1d_server" "${server_args[@]}"
