@@ -5,7 +5,7 @@
 set -euo pipefail
 dc=$1
 cd "$2"
-"$dc" version | head -1
+"$dc" --version
 status=0
 for override in "" compose.rocm.yaml compose.cuda.yaml; do
   args=(-f compose.yaml)
