@@ -250,7 +250,43 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+// Ranges of the numeric flags; the first violated one names its flag.
+absl::Status CheckNumericFlags() {
+  struct Range {
+    const char* flag;
+    double value, lo, hi;
+  };
+  const Range ranges[] = {
+      {"timeout_s", absl::GetFlag(FLAGS_timeout_s), 1e-3, 1e7},
+      {"attempts", static_cast<double>(absl::GetFlag(FLAGS_attempts)), 1, 100},
+      {"duration_s", absl::GetFlag(FLAGS_duration_s), 1e-3, 1e7},
+      {"window_s", absl::GetFlag(FLAGS_window_s), 0, 1e7},
+      {"warmup_s", absl::GetFlag(FLAGS_warmup_s), 0, 1e7},
+      {"stability_pct", absl::GetFlag(FLAGS_stability_pct), 1e-9, 1e9},
+      {"stable_windows", static_cast<double>(absl::GetFlag(FLAGS_stable_windows)), 1, 1e6},
+      {"max_trials", static_cast<double>(absl::GetFlag(FLAGS_max_trials)), 1, 1e6},
+      {"verify_fraction", absl::GetFlag(FLAGS_verify_fraction), 0, 1},
+      {"late_us", absl::GetFlag(FLAGS_late_us), 0, 1e12},
+      {"max_outstanding", static_cast<double>(absl::GetFlag(FLAGS_max_outstanding)), 1, 1e9},
+      {"max_behind_ms", absl::GetFlag(FLAGS_max_behind_ms), 0, 1e12},
+      {"pool", static_cast<double>(absl::GetFlag(FLAGS_pool)), 1, 1e6},
+      {"pool_mb", static_cast<double>(absl::GetFlag(FLAGS_pool_mb)), 1, 1 << 24},
+      {"channels", static_cast<double>(absl::GetFlag(FLAGS_channels)), 0, 4096},
+      {"search_steps", static_cast<double>(absl::GetFlag(FLAGS_search_steps)), 0, 100},
+      {"search_p99_ms", absl::GetFlag(FLAGS_search_p99_ms), 0, 1e9},
+      {"gpu_memory_unit_bytes", absl::GetFlag(FLAGS_gpu_memory_unit_bytes), 1e-9, 1e18},
+  };
+  for (const Range& r : ranges) {
+    if (!(r.value >= r.lo && r.value <= r.hi)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", r.flag, ": ", r.value, " is not in ", r.lo, " ... ", r.hi));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Main() {
+  if (absl::Status s = CheckNumericFlags(); !s.ok()) return UsageError(s.message());
   LoadOptions o;
   absl::StatusOr<std::vector<WorkloadSpec>> w = Workloads();
   if (!w.ok()) return UsageError(w.status().message());
@@ -311,7 +347,7 @@ int Main() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.verify_fraction = absl::GetFlag(FLAGS_verify_fraction);
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  o.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
+  o.max_attempts = absl::GetFlag(FLAGS_attempts);
   o.metrics_url = absl::GetFlag(FLAGS_metrics_url);
   o.queue_metric = absl::GetFlag(FLAGS_queue_metric);
   o.compute_metric = absl::GetFlag(FLAGS_compute_metric);

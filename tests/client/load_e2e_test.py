@@ -397,6 +397,10 @@ class LoadAgainstCpu(unittest.TestCase):
                              (["--shape=100000x100000x100000"], "shape"),
                              (["--width=0"], "width"),
                              (["--x_file=/nonexistent.npy"], "--x_file"),
+                             (["--timeout_s=0"], "--timeout_s"),
+                             (["--verify_fraction=1.5"], "--verify_fraction"),
+                             (["--duration_s=-1"], "--duration_s"),
+                             (["--max_outstanding=0"], "--max_outstanding"),
                              (["--no_such_flag"], "no_such_flag")]:
             r = run([LOAD, "--target=127.0.0.1:1", *args])
             self.assertEqual(r.returncode, 2, args)
