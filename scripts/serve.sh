@@ -9,7 +9,7 @@
 # the server runs on its CPU backend. --cpu builds CPU-only even with a GPU.
 # Every other argument goes to conv1d_server, e.g.
 #   scripts/serve.sh --backend=cpu --listen=127.0.0.1:50051
-# (`build/server/conv1d_server --help` lists them). ccache is used when
+# (`conv1d_server --help` lists them). ccache is used when
 # installed (CCACHE_DISABLE=1 turns it off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ for arg in "$@"; do
   case "$arg" in
     --gpu) gpu=on ;;
     --cpu) gpu=off ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) server_args+=("$arg") ;;
   esac
 done
