@@ -5,8 +5,9 @@
 #   scripts/serve.sh [--gpu | --cpu] [server flags ...]
 #
 # The GPU backend is built only when a GPU is visible (nvidia-smi, rocm-smi or
-# /dev/kfd) or --gpu asks for it; otherwise the CPU-only preset is built and
-# the server runs on its CPU backend. --cpu builds CPU-only even with a GPU.
+# /dev/kfd: CUDA or HIP to match) or --gpu asks for it; otherwise the CPU-only
+# preset is built and the server runs on its CPU backend. --cpu builds
+# CPU-only even with a GPU.
 # Every other argument goes to conv1d_server, e.g.
 #   scripts/serve.sh --backend=cpu --listen=127.0.0.1:50051
 # (`conv1d_server --help` lists them). ccache is used when
@@ -20,30 +21,45 @@ for arg in "$@"; do
   case "$arg" in
     --gpu) gpu=on ;;
     --cpu) gpu=off ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) server_args+=("$arg") ;;
   esac
 done
 
-gpu_visible() {
-  { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; } && return 0
-  { command -v rocm-smi >/dev/null && rocm-smi >/dev/null 2>&1; } && return 0
-  [[ -e /dev/kfd ]]
+nvidia_visible() { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }
+amd_visible() {
+  { command -v rocm-smi >/dev/null && rocm-smi >/dev/null 2>&1; } || [[ -e /dev/kfd ]]
 }
 if [[ $gpu == auto ]]; then
-  if gpu_visible; then gpu=on; else gpu=off; fi
+  if nvidia_visible || amd_visible; then gpu=on; else gpu=off; fi
 fi
 
 scripts/install_deps.sh
+preset=cpu; build_dir=build-cpu; gpu_args=()
 if [[ $gpu == on ]]; then
   # nvcc lives outside PATH in the CUDA toolkit's default location.
   if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export PATH="/usr/local/cuda/bin:$PATH"
   fi
+  # The toolchain of the GPU that is visible; with --gpu and none visible,
+  # whichever is installed.
+  if nvidia_visible || { ! amd_visible && command -v nvcc >/dev/null; }; then
+    command -v nvcc >/dev/null || {
+      echo "serve.sh: an NVIDIA GPU is visible but nvcc (the CUDA toolkit) is not installed;" \
+           "install it, or run with --cpu" >&2
+      exit 1
+    }
+    gpu_args=(-DCONV1D_GPU=CUDA)
+  else
+    command -v hipcc >/dev/null || {
+      echo "serve.sh: no GPU toolchain found (nvcc or ROCm's hipcc); install one, or run with --cpu" >&2
+      exit 1
+    }
+    gpu_args=(-DCONV1D_GPU=HIP)
+  fi
   preset=default; build_dir=build
-  echo "serve.sh: building with the GPU backend (preset $preset)" >&2
+  echo "serve.sh: building with the GPU backend (${gpu_args[*]}, preset $preset)" >&2
 else
-  preset=cpu; build_dir=build-cpu
   echo "serve.sh: no GPU visible (or --cpu): CPU-only build (preset $preset; --gpu to override)" >&2
 fi
 
@@ -53,7 +69,7 @@ if command -v ccache >/dev/null; then
   export CMAKE_CUDA_COMPILER_LAUNCHER=${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}
 fi
 jobs=$(nproc)
-cmake --preset "$preset"
+cmake --preset "$preset" "${gpu_args[@]}"
 cmake --build "$build_dir" -j "$jobs" --target conv1d_server conv1d_client conv1d_load
 echo "serve.sh: installed and built in ${SECONDS} s; starting $build_dir/server/conv1d_server ${server_args[*]}" >&2
 exec "$build_dir/server/conv1d_server" "${server_args[@]}"
