@@ -1,6 +1,5 @@
 #include "server/frontend/conv1d_service.h"
 
-#include <chrono>
 #include <memory>
 #include <utility>
 
@@ -13,14 +12,6 @@
 
 namespace conv1d {
 namespace {
-
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
-  const std::chrono::system_clock::time_point tp = context.deadline();
-  if (tp == std::chrono::system_clock::time_point::max()) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(tp);
-}
 
 void FillInfo(const WeightSet& set, v1::WeightsInfo* info) {
   info->set_name(set.name);
@@ -45,11 +36,11 @@ struct ComputeCall {
 
 }  // namespace
 
-Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
+Conv1dService::Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
                              WeightRegistry* registry, Backend* backend,
                              Observer* observer)
     : options_(options),
-      scheduler_(scheduler),
+      submitter_(submitter),
       registry_(registry),
       backend_(backend),
       observer_(observer),
@@ -135,8 +126,11 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
-  status = CheckRequestSize(valid, options_.limits);
-  if (!status.ok()) return fail(RejectReason::kTooLarge, status);
+  status = submitter_->Admit(valid);
+  if (!status.ok()) {
+    Finish(reactor, context, info, nullptr, response, status);
+    return reactor;
+  }
 
   // The only request-sized allocation: the response's output bytes, within
   // the limit just checked. Backends check the bound outputs too.
@@ -145,37 +139,19 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   outputs.allocate = allocate;
   outputs.detached = &call->response_data;
   bind(&valid, &call->response, &outputs);
-  status = backend_->CanServe(valid.key, valid.segment);
-  if (!status.ok()) {
-    // A backend's own shape rules count as invalid input; anything else
-    // (pool capacity) as too large for this server.
-    return fail(absl::IsInvalidArgument(status) ? RejectReason::kInvalid
-                                                : RejectReason::kTooLarge,
-                status);
-  }
-
-  auto task = std::make_unique<Task>();
-  task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
-  task->key = valid.key;
-  task->segment = std::move(valid.segment);
-  task->deadline = DeadlineOf(*context);
-  task->cancelled = [context] { return context->IsCancelled(); };
-  call->weights = std::move(valid.weights);
-  // The task (and so `call`) lives until on_done has returned.
+  call->weights = valid.weights;
+  // The task (and so `call`) lives until on_done has returned; `call` is
+  // held here too, so that a refused request can still be logged.
   const Response* message = &call->response;
   const DetachedTensors* response_data = &call->response_data;
-  task->keepalive = std::move(call);
-  task->on_done = [this, reactor, context, info, message, response, response_data](
-                      const absl::Status& done, const TaskTimings&) {
-    Finish(reactor, context, info, message, response, done, /*retry_hint=*/true,
-           response_data);
-  };
-  status = scheduler_->Submit(&task);
-  if (!status.ok()) {
-    // Still ours (and so is `call`): on_done will not run. The scheduler has
-    // already reported the rejection (queue full, draining) to the observer.
-    Finish(reactor, context, info, nullptr, response, status);
-  }
+  status = submitter_->Submit(
+      &valid, call, DeadlineOf(*context), [context] { return context->IsCancelled(); },
+      [this, reactor, context, info, message, response, response_data](
+          const absl::Status& done, const TaskTimings&) {
+        Finish(reactor, context, info, message, response, done, /*retry_hint=*/true,
+               response_data);
+      });
+  if (!status.ok()) Finish(reactor, context, info, nullptr, response, status);
   return reactor;
 }
 

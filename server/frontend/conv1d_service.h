@@ -29,9 +29,12 @@
 // limit or refused by Backend::CanServe (the scheduler reports its own
 // rejections).
 //
+// Compute calls reach the scheduler through a RequestSubmitter
+// (request_submit.h), the path the Open Inference Protocol frontend shares.
+//
 // Thread-safety: handlers run concurrently on gRPC's threads; the service
-// holds no mutable state besides atomic task and request-id counters. The
-// scheduler, registry, backend and observer are not owned and must outlive
+// holds no mutable state besides an atomic request-id counter. The
+// submitter, registry, backend and observer are not owned and must outlive
 // the grpc::Server the service is registered with.
 #ifndef CONV1D_SERVER_FRONTEND_CONV1D_SERVICE_H_
 #define CONV1D_SERVER_FRONTEND_CONV1D_SERVICE_H_
@@ -47,9 +50,9 @@
 #include "grpcpp/grpcpp.h"
 #include "server/core/backend.h"
 #include "server/core/observer.h"
-#include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
 #include "server/frontend/request_log.h"
+#include "server/frontend/request_submit.h"
 #include "server/frontend/validation.h"
 #include "server/logging/access_log.h"
 
@@ -79,7 +82,7 @@ using RawConv1dService = v1::Conv1d::WithRawCallbackMethod_Forward<
 class Conv1dService final : public RawConv1dService {
  public:
   // REQUIRES: every pointer non-null and outliving the service.
-  Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
+  Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
                 WeightRegistry* registry, Backend* backend, Observer* observer);
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
@@ -150,13 +153,12 @@ class Conv1dService final : public RawConv1dService {
               bool retry_hint = true, const DetachedTensors* detached = nullptr);
 
   const ServiceOptions options_;
-  Scheduler* const scheduler_;
+  RequestSubmitter* const submitter_;
   WeightRegistry* const registry_;
   Backend* const backend_;
   Observer* const observer_;
   // The host_tensor_min_bytes in effect: -1 when host_tensors rules it out.
   const int64_t host_min_bytes_;
-  std::atomic<uint64_t> next_task_id_{1};
   RequestIds request_ids_;
 };
 

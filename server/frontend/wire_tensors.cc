@@ -154,8 +154,8 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
 }  // namespace
 
 void DetachedTensors::Add(const v1::Tensor* tensor, std::shared_ptr<void> buffer,
-                          int64_t bytes) {
-  entries_.push_back(Entry{tensor, std::move(buffer), bytes});
+                          int64_t bytes, Placement where) {
+  entries_.push_back(Entry{tensor, std::move(buffer), bytes, where});
 }
 
 const DetachedTensors::Entry* DetachedTensors::Find(const v1::Tensor* tensor) const {

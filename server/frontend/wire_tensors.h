@@ -30,6 +30,7 @@
 #include "conv1d/v1/conv1d.pb.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/core/tensor.h"
 
 namespace conv1d {
 
@@ -48,10 +49,14 @@ class DetachedTensors {
     const v1::Tensor* tensor = nullptr;  // the message whose data this is
     std::shared_ptr<void> buffer;
     int64_t bytes = 0;
+    // Where `buffer` is: the heap, the backend's host pool, a client's
+    // shared-memory region (views built from the entry carry it).
+    Placement where;
   };
 
   // REQUIRES: `tensor` has no entry yet and its own `data` is empty.
-  void Add(const v1::Tensor* tensor, std::shared_ptr<void> buffer, int64_t bytes);
+  void Add(const v1::Tensor* tensor, std::shared_ptr<void> buffer, int64_t bytes,
+           Placement where = Placement::HostHeap());
   // The entry of `tensor`, or null when its data is its own.
   const Entry* Find(const v1::Tensor* tensor) const;
   bool empty() const { return entries_.empty(); }
