@@ -95,6 +95,14 @@ ABSL_FLAG(int64_t, max_request_bytes, 0,
           "0 = --max_message_bytes");
 ABSL_FLAG(int64_t, max_weight_bytes, int64_t{16} << 30,
           "total bytes of registered weight sets");
+ABSL_FLAG(int32_t, shm_max_regions, 1024,
+          "system shared-memory regions registered at once (inference "
+          "protocol SystemSharedMemoryRegister), 1..65536");
+ABSL_FLAG(bool, oip_require_all_inputs, false,
+          "inference protocol: every input of a model (weight, bias, states) is "
+          "required, and ModelConfig marks none optional (for clients such as "
+          "perf_analyzer --shared-memory, which refuse optional inputs); false: "
+          "only x (and dout, conv_state) are required");
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM/SIGINT, seconds to finish in-flight requests before "
           "cancelling them and exiting");
@@ -301,6 +309,8 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  options.shared_memory.max_regions = absl::GetFlag(FLAGS_shm_max_regions);
+  options.oip_require_all_inputs = absl::GetFlag(FLAGS_oip_require_all_inputs);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
   options.access_log = access_log;
   options.max_connection_age_ms = connection_age_ms[0];

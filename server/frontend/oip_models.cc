@@ -106,7 +106,7 @@ void FillModelMetadata(const OipModel& model, inference::ModelMetadataResponse* 
 }
 
 void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay_us,
-                     inference::ModelConfig* out) {
+                     bool all_required, inference::ModelConfig* out) {
   out->set_name(model.name);
   out->set_platform(kOipPlatform);
   out->set_backend(kOipPlatform);
@@ -118,7 +118,7 @@ void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay
     in->set_name(RoleName(r));
     in->set_data_type(inference::TYPE_FP32);
     for (int i = 0; i < RankOf(r); ++i) in->add_dims(-1);
-    in->set_optional(!IsRequiredInput(model.op, r));
+    in->set_optional(!all_required && !IsRequiredInput(model.op, r));
   }
   for (Role r : model.outputs) {
     inference::ModelOutput* o = out->add_output();

@@ -67,8 +67,9 @@ bool ParseOipDType(absl::string_view name, DType* dtype);
 
 void FillModelMetadata(const OipModel& model, inference::ModelMetadataResponse* out);
 // `on_gpu`: the backend runs on GPUs (instance kind GPU, else CPU).
+// `all_required`: no input is marked optional.
 void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay_us,
-                     inference::ModelConfig* out);
+                     bool all_required, inference::ModelConfig* out);
 
 }  // namespace conv1d
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/frontend/oip_models.h"
 
@@ -13,9 +14,11 @@ namespace {
 using ::absl::InvalidArgumentError;
 using ::absl::StrCat;
 
-// Parameters of Triton's protocol that change nothing here.
+// Parameters of Triton's protocol that change nothing here: scheduling
+// hints, and the `triton_` ones clients add (perf_analyzer sends
+// triton_enable_empty_final_response).
 bool IsIgnoredParameter(absl::string_view name) {
-  return name == "priority" || name == "timeout";
+  return name == "priority" || name == "timeout" || absl::StartsWith(name, "triton_");
 }
 
 bool IsSequenceParameter(absl::string_view name) {

@@ -44,8 +44,9 @@ absl::Status ParseShmRef(const OipParams& params, absl::string_view what, ShmRef
 
 // Applies the request's parameters to the conv1d.v1 request of `op` (the
 // other two are untouched) and returns a weights_name in *weights_name.
-// Unknown parameters are INVALID_ARGUMENT; `priority` and `timeout` are
-// accepted and change nothing; sequence parameters are UNIMPLEMENTED.
+// Unknown parameters are INVALID_ARGUMENT; `priority`, `timeout` and those
+// starting with `triton_` are accepted and change nothing; sequence
+// parameters are UNIMPLEMENTED.
 absl::Status ApplyParameters(const inference::ModelInferRequest& request, Op op,
                              v1::ForwardRequest* forward, v1::BackwardRequest* backward,
                              v1::UpdateRequest* update, std::string* weights_name);

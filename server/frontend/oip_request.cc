@@ -132,8 +132,8 @@ absl::Status BindInput(const inference::ModelInferRequest& request, int index, R
 template <typename Request>
 absl::Status TranslateInputs(const inference::ModelInferRequest& request,
                              const OipModel& model, const SharedMemoryRegistry* shm,
-                             const std::string& weights_name, Request* message,
-                             DetachedTensors* detached) {
+                             const std::string& weights_name, bool require_all,
+                             Request* message, DetachedTensors* detached) {
   if (request.raw_input_contents_size() > 0 &&
       request.raw_input_contents_size() != request.inputs_size()) {
     return InvalidArgumentError(StrCat("raw_input_contents has ",
@@ -159,9 +159,13 @@ absl::Status TranslateInputs(const inference::ModelInferRequest& request,
     if (!s.ok()) return s;
   }
   for (Role r : model.inputs) {
-    if (IsRequiredInput(model.op, r) && !seen.has(r)) {
-      return InvalidArgumentError(StrCat("input '", RoleName(r), "' is missing (model ",
-                                         model.name, " needs it)"));
+    if ((require_all || IsRequiredInput(model.op, r)) && !seen.has(r)) {
+      return InvalidArgumentError(StrCat(
+          "input '", RoleName(r), "' is missing (model ", model.name, " needs it",
+          require_all && !IsRequiredInput(model.op, r)
+              ? "; this server requires every input (--oip_require_all_inputs)"
+              : "",
+          ")"));
     }
   }
   if (!weights_name.empty()) {
@@ -227,7 +231,8 @@ const google::protobuf::Message* TranslatedRequest(const OipInferCall* call) {
 absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
                              const WeightRegistry& registry,
                              const SharedMemoryRegistry* shm,
-                             const ValidationLimits& limits, OipInferCall* call) {
+                             const ValidationLimits& limits, bool require_all_inputs,
+                             OipInferCall* call) {
   const OipModel* model = FindOipModel(request.model_name());
   if (model == nullptr) {
     return absl::NotFoundError(StrCat("model '", request.model_name(),
@@ -255,20 +260,22 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   };
   switch (model->op) {
     case Op::kForward:
-      s = TranslateInputs(request, *model, shm, weights_name, &call->forward, &call->inputs);
+      s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
+                          &call->forward, &call->inputs);
       if (!s.ok()) return s;
       call->forward.set_return_final_states(requested(Role::kFinalStates));
       s = ValidateForward(call->forward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kBackward:
-      s = TranslateInputs(request, *model, shm, weights_name, &call->backward,
-                          &call->inputs);
+      s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
+                          &call->backward, &call->inputs);
       if (!s.ok()) return s;
       call->backward.set_return_dinitial_states(requested(Role::kDinitialStates));
       s = ValidateBackward(call->backward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kUpdate:
-      s = TranslateInputs(request, *model, shm, weights_name, &call->update, &call->inputs);
+      s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
+                          &call->update, &call->inputs);
       if (!s.ok()) return s;
       s = ValidateUpdate(call->update, registry, limits, &call->valid, &call->inputs);
       break;
@@ -330,9 +337,8 @@ void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* c
   response->set_model_version(kOipModelVersion);
   response->set_id(request.id());
   ConvSegment& seg = call->valid.segment;
-  // raw_output_contents is indexed like `outputs`: an output in shared
-  // memory followed by one with raw bytes gets an empty entry.
-  int pending_empty = 0;
+  // raw_output_contents has one entry per output, as clients index it like
+  // `outputs`: empty for an output in shared memory.
   for (OipOutput& o : call->outputs) {
     OutputView* view = OutputOf(&seg, o.role);
     if (o.returned) {
@@ -346,19 +352,15 @@ void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* c
         t->set_datatype(OipDTypeName(view->dtype));
         t->mutable_shape()->Assign(view->shape.begin(), view->shape.end());
       }
+      std::string* bytes = response->add_raw_output_contents();
       if (o.shared) {
         auto& params = *t->mutable_parameters();
         params[kParamShmRegion].set_string_param(o.region);
         params[kParamShmOffset].set_int64_param(o.span.where.offset);
         params[kParamShmByteSize].set_int64_param(o.span.bytes);
-        ++pending_empty;
-      } else {
-        for (; pending_empty > 0; --pending_empty) response->add_raw_output_contents();
-        std::string* bytes = response->add_raw_output_contents();
-        if (!o.empty_state) {
-          bytes->resize(static_cast<size_t>(view->bytes));
-          view->data = bytes->data();
-        }
+      } else if (!o.empty_state) {
+        bytes->resize(static_cast<size_t>(view->bytes));
+        view->data = bytes->data();
       }
     }
     if (o.empty_state) continue;

@@ -65,12 +65,14 @@ struct OipInferCall {
 };
 
 // Translates and validates `request` into *call without allocating anything
-// sized by the request. `shm` may be null (no region can be named).
+// sized by the request. `shm` may be null (no region can be named). With
+// `require_all_inputs` every input of the model must be sent.
 // REQUIRES: `request` outlives every use of call->valid's views.
 absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
                              const WeightRegistry& registry,
                              const SharedMemoryRegistry* shm,
-                             const ValidationLimits& limits, OipInferCall* call);
+                             const ValidationLimits& limits, bool require_all_inputs,
+                             OipInferCall* call);
 
 // Fills the response's header and output list, and points every output of
 // call->valid.segment at its storage (a raw_output_contents entry, a region,

@@ -113,7 +113,8 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
   auto call = std::make_shared<OipInferCall>();
   *call_out = call;
   absl::Status status =
-      PrepareOipInfer(*request, *registry_, shm_, submitter_->limits(), call.get());
+      PrepareOipInfer(*request, *registry_, shm_, submitter_->limits(),
+                      options_.require_all_inputs, call.get());
   if (!status.ok()) {
     observer_->OnRejected(RejectReason::kInvalid);
   } else {
@@ -245,7 +246,8 @@ grpc::ServerUnaryReactor* OipService::ModelConfig(Ctx* c,
                   absl::StatusOr<const OipModel*> model = LookupModel(q.name(), q.version());
                   if (!model.ok()) return model.status();
                   FillModelConfig(**model, backend_->name() == "gpu",
-                                  options_.max_queue_delay_us, r->mutable_config());
+                                  options_.max_queue_delay_us,
+                                  options_.require_all_inputs, r->mutable_config());
                   return absl::OkStatus();
                 });
 }
@@ -277,8 +279,13 @@ grpc::ServerUnaryReactor* OipService::ModelStatistics(
           st->mutable_fail()->set_ns(s.fail_ns.load());
           st->mutable_queue()->set_count(ok);
           st->mutable_queue()->set_ns(s.queue_ns.load());
+          // The backend's batch time covers copies and kernel alike: it is
+          // all reported as compute_infer, with input and output at zero
+          // (the counts agree, as clients such as perf_analyzer expect).
+          st->mutable_compute_input()->set_count(ok);
           st->mutable_compute_infer()->set_count(ok);
           st->mutable_compute_infer()->set_ns(s.compute_ns.load());
+          st->mutable_compute_output()->set_count(ok);
         }
         return absl::OkStatus();
       });

@@ -64,6 +64,11 @@ struct OipServiceOptions {
   int64_t max_queue_delay_us = 0;
   // ServerReady / ModelReady; empty: always ready.
   std::function<bool()> ready;
+  // Every input of a model is required (weights_name is then refused) and
+  // ModelConfig marks none optional: for clients that cannot send models
+  // with optional inputs (perf_analyzer --shared-memory). false: only x,
+  // dout and conv_state are required.
+  bool require_all_inputs = false;
 };
 
 class OipService final : public inference::GRPCInferenceService::CallbackService {

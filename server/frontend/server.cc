@@ -154,6 +154,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   oip_options.access_log = options.access_log;
   oip_options.max_queue_delay_us = options.scheduler.max_queue_delay_us;
   oip_options.ready = [s = server.get()] { return s->serving(); };
+  oip_options.require_all_inputs = options.oip_require_all_inputs;
   server->oip_service_ = std::make_unique<OipService>(
       std::move(oip_options), server->submitter_.get(), server->registry_.get(),
       server->shm_registry_.get(), server->backend_.get(), server->observer_);

@@ -65,6 +65,8 @@ struct ServerOptions {
   int64_t max_weight_bytes = int64_t{16} << 30;
   // Registered system shared-memory regions (shm_registry.h).
   SharedMemoryRegistryOptions shared_memory;
+  // Inference protocol: every model input is required (OipServiceOptions).
+  bool oip_require_all_inputs = false;
   // Compute-request tensors (and outputs) of at least this many bytes live in
   // the backend's host buffers instead of protobuf strings, for backends
   // whose buffers are page-locked (kAuto), any backend (kAlways) or none
