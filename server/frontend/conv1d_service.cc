@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/optional.h"
@@ -9,6 +10,7 @@
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/core/task.h"
 #include "server/frontend/status_mapping.h"
+#include "server/frontend/v1_shared_memory.h"
 
 namespace conv1d {
 namespace {
@@ -32,16 +34,18 @@ struct ComputeCall {
   DetachedTensors request_data;
   DetachedTensors response_data;
   std::shared_ptr<const WeightSet> weights;
+  std::vector<SharedOutput> shared_outputs;
 };
 
 }  // namespace
 
 Conv1dService::Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
-                             WeightRegistry* registry, Backend* backend,
-                             Observer* observer)
+                             WeightRegistry* registry, SharedMemoryRegistry* shm,
+                             Backend* backend, Observer* observer)
     : options_(options),
       submitter_(submitter),
       registry_(registry),
+      shm_(shm),
       backend_(backend),
       observer_(observer),
       host_min_bytes_(options.host_tensors == HostTensors::kAlways ||
@@ -122,9 +126,13 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
                                               allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
+  status = AttachSharedInputs(call->request, shm_, &call->request_data);
+  if (!status.ok()) return fail(RejectReason::kInvalid, status);
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);
+  if (!status.ok()) return fail(RejectReason::kInvalid, status);
+  status = ResolveSharedOutputs(call->request, shm_, &valid, &call->shared_outputs);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   status = submitter_->Admit(valid);
   if (!status.ok()) {
@@ -138,7 +146,9 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   outputs.min_bytes = host_min_bytes_;
   outputs.allocate = allocate;
   outputs.detached = &call->response_data;
+  HideSharedOutputs(&call->shared_outputs);
   bind(&valid, &call->response, &outputs);
+  PlaceSharedOutputs(&call->shared_outputs, &call->response);
   call->weights = valid.weights;
   // The task (and so `call`) lives until on_done has returned; `call` is
   // held here too, so that a refused request can still be logged.

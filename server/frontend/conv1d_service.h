@@ -29,6 +29,10 @@
 // limit or refused by Backend::CanServe (the scheduler reports its own
 // rejections).
 //
+// Tensors may name a place in a registered system shared-memory region
+// instead of carrying bytes (Tensor.shared_memory, output_shared_memory):
+// they are read and written there, Placement kSharedHost.
+//
 // Compute calls reach the scheduler through a RequestSubmitter
 // (request_submit.h), the path the Open Inference Protocol frontend shares.
 //
@@ -50,6 +54,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/core/backend.h"
 #include "server/core/observer.h"
+#include "server/core/shm_registry.h"
 #include "server/core/weight_registry.h"
 #include "server/frontend/request_log.h"
 #include "server/frontend/request_submit.h"
@@ -82,8 +87,11 @@ using RawConv1dService = v1::Conv1d::WithRawCallbackMethod_Forward<
 class Conv1dService final : public RawConv1dService {
  public:
   // REQUIRES: every pointer non-null and outliving the service.
+  // `shm` (may be null: no region can be named) resolves the tensors that
+  // name a registered shared-memory region (v1_shared_memory.h).
   Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
-                WeightRegistry* registry, Backend* backend, Observer* observer);
+                WeightRegistry* registry, SharedMemoryRegistry* shm, Backend* backend,
+                Observer* observer);
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -155,6 +163,7 @@ class Conv1dService final : public RawConv1dService {
   const ServiceOptions options_;
   RequestSubmitter* const submitter_;
   WeightRegistry* const registry_;
+  SharedMemoryRegistry* const shm_;
   Backend* const backend_;
   Observer* const observer_;
   // The host_tensor_min_bytes in effect: -1 when host_tensors rules it out.

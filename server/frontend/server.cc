@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
       server->observer_);
   server->service_ = std::make_unique<Conv1dService>(
       service_options, server->submitter_.get(), server->registry_.get(),
-      server->backend_.get(), server->observer_);
+      server->shm_registry_.get(), server->backend_.get(), server->observer_);
   OipServiceOptions oip_options;
   oip_options.version = service_options.version;
   oip_options.access_log = options.access_log;
