@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -48,6 +49,8 @@ absl::Status CheckKey(absl::string_view key) {
 // every span have let go of it.
 struct SharedMemoryRegistry::Region {
   SharedRegionInfo info;
+  // Leases of in-flight requests; taken under the registry's mutex.
+  std::atomic<int64_t> leases{0};
   int fd = -1;
   void* map_base = MAP_FAILED;
   size_t map_bytes = 0;
@@ -161,14 +164,14 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
 
 absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
   absl::MutexLock lock(&mu_);
-  // Spans are only handed out under mu_, so a region whose only owner is
-  // the map cannot gain a user while it is erased.
+  // Leases are only taken under mu_, so a region without any cannot gain
+  // one while it is erased.
   if (!name.empty()) {
     auto it = regions_.find(name);
     if (it == regions_.end()) {
       return absl::NotFoundError(absl::StrCat("region \"", name, "\" is not registered"));
     }
-    const int64_t users = it->second.use_count() - 1;
+    const int64_t users = it->second->leases.load();
     if (users > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "region \"", name, "\" is in use by ", users,
@@ -179,7 +182,7 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
   }
   std::vector<std::string> busy;
   for (auto it = regions_.begin(); it != regions_.end();) {
-    if (it->second.use_count() > 1) {
+    if (it->second->leases.load() > 0) {
       busy.push_back(absl::StrCat("\"", it->first, "\""));
       ++it;
     } else {
@@ -200,7 +203,7 @@ absl::StatusOr<std::vector<SharedRegionInfo>> SharedMemoryRegistry::Status(
   for (const auto& [region_name, region] : regions_) {
     if (!name.empty() && region_name != name) continue;
     out.push_back(region->info);
-    out.back().in_use = region.use_count() - 1;
+    out.back().in_use = region->leases.load();
   }
   if (!name.empty() && out.empty()) {
     return absl::NotFoundError(absl::StrCat("region \"", name, "\" is not registered"));
@@ -212,6 +215,7 @@ absl::StatusOr<SharedSpan> SharedMemoryRegistry::Resolve(absl::string_view name,
                                                          int64_t offset, int64_t bytes,
                                                          absl::string_view what) const {
   std::shared_ptr<Region> region;
+  SharedSpan span;
   {
     absl::MutexLock lock(&mu_);
     auto it = regions_.find(name);
@@ -220,6 +224,11 @@ absl::StatusOr<SharedSpan> SharedMemoryRegistry::Resolve(absl::string_view name,
                                               "\" is not registered"));
     }
     region = it->second;
+    // Released with the span on any error below.
+    region->leases.fetch_add(1);
+    span.lease = std::shared_ptr<void>(region.get(), [region](void*) {
+      region->leases.fetch_sub(1);
+    });
   }
   int64_t end = 0;
   if (offset < 0 || bytes < 0 || __builtin_add_overflow(offset, bytes, &end) ||
@@ -231,7 +240,6 @@ absl::StatusOr<SharedSpan> SharedMemoryRegistry::Resolve(absl::string_view name,
   if (absl::Status s = region->CheckBacked(); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
   }
-  SharedSpan span;
   span.bytes = bytes;
   span.where.kind = MemoryKind::kSharedHost;
   span.where.region = region->info.id;

@@ -10,6 +10,12 @@
 // keeps the mapping alive, with Placement kSharedHost and the region's id.
 //
 // Lifetime rules:
+//   - A span carries two references: `data` keeps the mapping alive (memory
+//     safety: a view never points at unmapped bytes), and `lease` counts the
+//     request as using the region. A frontend releases the leases of a call
+//     before it answers the client, so that a client that got its answer can
+//     unregister at once, while the lane finishing the call may still hold
+//     the mapping for a moment.
 //   - Unregister of a region that an in-flight request still holds fails
 //     with FAILED_PRECONDITION naming the region and how many requests hold
 //     it; the client retries once its requests have finished. It never
@@ -60,15 +66,17 @@ struct SharedRegionInfo {
   int64_t offset = 0;     // bytes into the shared-memory object
   int64_t byte_size = 0;  // bytes of the region
   uint64_t id = 0;        // Placement::region of views into it
-  int64_t in_use = 0;     // spans currently held by requests
+  int64_t in_use = 0;     // leases currently held by requests
 };
 
 // Bytes inside a registered region. `data` holds the mapping alive; null
-// `data` means the span is empty.
+// `data` means the span is empty. `lease` marks the region in use (see the
+// lifetime rules) until it is released.
 struct SharedSpan {
   std::shared_ptr<void> data;
   int64_t bytes = 0;
   Placement where;  // kSharedHost, the region's id, the offset in the region
+  std::shared_ptr<void> lease;
 };
 
 class SharedMemoryRegistry {

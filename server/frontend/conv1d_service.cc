@@ -35,6 +35,8 @@ struct ComputeCall {
   DetachedTensors response_data;
   std::shared_ptr<const WeightSet> weights;
   std::vector<SharedOutput> shared_outputs;
+  // Regions in use (shm_registry.h): released before the client is answered.
+  std::vector<std::shared_ptr<void>> leases;
 };
 
 }  // namespace
@@ -112,13 +114,14 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     Validate validate, Bind bind) {
   CallInfo info = Begin(method, context, request);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto call = std::make_shared<ComputeCall<Request, Response>>();
   auto fail = [&](RejectReason reason, const absl::Status& status) {
     observer_->OnRejected(reason);
+    call->leases.clear();
     Finish(reactor, context, info, nullptr, response, status);
     return reactor;
   };
 
-  auto call = std::make_shared<ComputeCall<Request, Response>>();
   const HostAllocator allocate = [backend = backend_](int64_t bytes) {
     return backend->AllocateHostBuffer(bytes);
   };
@@ -126,16 +129,18 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
                                               allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
-  status = AttachSharedInputs(call->request, shm_, &call->request_data);
+  status = AttachSharedInputs(call->request, shm_, &call->request_data, &call->leases);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
-  status = ResolveSharedOutputs(call->request, shm_, &valid, &call->shared_outputs);
+  status = ResolveSharedOutputs(call->request, shm_, &valid, &call->shared_outputs,
+                                &call->leases);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   status = submitter_->Admit(valid);
   if (!status.ok()) {
+    call->leases.clear();
     Finish(reactor, context, info, nullptr, response, status);
     return reactor;
   }
@@ -154,14 +159,19 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   // held here too, so that a refused request can still be logged.
   const Response* message = &call->response;
   const DetachedTensors* response_data = &call->response_data;
+  std::vector<std::shared_ptr<void>>* leases = &call->leases;
   status = submitter_->Submit(
       &valid, call, DeadlineOf(*context), [context] { return context->IsCancelled(); },
-      [this, reactor, context, info, message, response, response_data](
+      [this, reactor, context, info, message, response, response_data, leases](
           const absl::Status& done, const TaskTimings&) {
+        leases->clear();
         Finish(reactor, context, info, message, response, done, /*retry_hint=*/true,
                response_data);
       });
-  if (!status.ok()) Finish(reactor, context, info, nullptr, response, status);
+  if (!status.ok()) {
+    call->leases.clear();
+    Finish(reactor, context, info, nullptr, response, status);
+  }
   return reactor;
 }
 

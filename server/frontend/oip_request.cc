@@ -79,7 +79,8 @@ bool HasTypedContents(const inference::InferTensorContents& c) {
 template <typename Request>
 absl::Status BindInput(const inference::ModelInferRequest& request, int index, Role role,
                        const SharedMemoryRegistry* shm, Request* message,
-                       DetachedTensors* detached) {
+                       DetachedTensors* detached,
+                       std::vector<std::shared_ptr<void>>* leases) {
   const inference::ModelInferRequest::InferInputTensor& in = request.inputs(index);
   const std::string what = StrCat("input '", in.name(), "'");
   DType dtype;
@@ -107,6 +108,7 @@ absl::Status BindInput(const inference::ModelInferRequest& request, int index, R
         shm->Resolve(ref.region, ref.offset, ref.byte_size, what);
     if (!span.ok()) return span.status();
     detached->Add(t, std::move(span->data), span->bytes, span->where);
+    leases->push_back(std::move(span->lease));
     return absl::OkStatus();
   }
   if (raw) {
@@ -133,7 +135,8 @@ template <typename Request>
 absl::Status TranslateInputs(const inference::ModelInferRequest& request,
                              const OipModel& model, const SharedMemoryRegistry* shm,
                              const std::string& weights_name, bool require_all,
-                             Request* message, DetachedTensors* detached) {
+                             Request* message, DetachedTensors* detached,
+                             std::vector<std::shared_ptr<void>>* leases) {
   if (request.raw_input_contents_size() > 0 &&
       request.raw_input_contents_size() != request.inputs_size()) {
     return InvalidArgumentError(StrCat("raw_input_contents has ",
@@ -155,7 +158,7 @@ absl::Status TranslateInputs(const inference::ModelInferRequest& request,
     }
     if (seen.has(*role)) return InvalidArgumentError(StrCat("input '", name, "' is given twice"));
     seen = seen.with(*role);
-    absl::Status s = BindInput(request, i, *role, shm, message, detached);
+    absl::Status s = BindInput(request, i, *role, shm, message, detached, leases);
     if (!s.ok()) return s;
   }
   for (Role r : model.inputs) {
@@ -261,21 +264,21 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   switch (model->op) {
     case Op::kForward:
       s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
-                          &call->forward, &call->inputs);
+                          &call->forward, &call->inputs, &call->leases);
       if (!s.ok()) return s;
       call->forward.set_return_final_states(requested(Role::kFinalStates));
       s = ValidateForward(call->forward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kBackward:
       s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
-                          &call->backward, &call->inputs);
+                          &call->backward, &call->inputs, &call->leases);
       if (!s.ok()) return s;
       call->backward.set_return_dinitial_states(requested(Role::kDinitialStates));
       s = ValidateBackward(call->backward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kUpdate:
       s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
-                          &call->update, &call->inputs);
+                          &call->update, &call->inputs, &call->leases);
       if (!s.ok()) return s;
       s = ValidateUpdate(call->update, registry, limits, &call->valid, &call->inputs);
       break;
@@ -325,6 +328,7 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
                                          " bytes"));
     }
     o.shared = true;
+    call->leases.push_back(std::move(span->lease));
     o.span = *std::move(span);
     o.region = refs[i].region;
   }

@@ -62,6 +62,9 @@ struct OipInferCall {
   // computed but unrequested ones.
   std::vector<OipOutput> outputs;
   std::vector<std::unique_ptr<char[]>> scratch;
+  // The shared-memory regions this call uses (SharedSpan::lease): cleared
+  // before the client is answered.
+  std::vector<std::shared_ptr<void>> leases;
 };
 
 // Translates and validates `request` into *call without allocating anything

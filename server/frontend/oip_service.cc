@@ -121,6 +121,7 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
     status = submitter_->Admit(call->valid);
   }
   if (!status.ok()) {
+    call->leases.clear();
     Record(call->model, 0, status, absl::Now() - start, TaskTimings());
     done(status);
     return;
@@ -136,13 +137,19 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
   };
   auto keep = std::make_shared<Keep>(Keep{call, std::move(request_owner)});
   const OipModel* model = call->model;
+  // Regions are released before the client hears back (shm_registry.h);
+  // `raw` stays valid: the task keeps the call alive until on_done returns.
+  OipInferCall* raw = call.get();
   status = submitter_->Submit(
       &call->valid, keep, DeadlineOf(*context), [context] { return context->IsCancelled(); },
-      [this, finish, model, batch, start](const absl::Status& s, const TaskTimings& t) {
+      [this, finish, model, batch, start, raw](const absl::Status& s,
+                                               const TaskTimings& t) {
+        raw->leases.clear();
         Record(model, batch, s, absl::Now() - start, t);
         (*finish)(s);
       });
   if (!status.ok()) {
+    call->leases.clear();
     Record(model, batch, status, absl::Now() - start, TaskTimings());
     (*finish)(status);
   }

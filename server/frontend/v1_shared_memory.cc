@@ -28,7 +28,8 @@ int64_t TensorBytes(const v1::Tensor& t) {
 }
 
 absl::Status Attach(const v1::Tensor& t, const std::string& field,
-                    const SharedMemoryRegistry* shm, DetachedTensors* detached) {
+                    const SharedMemoryRegistry* shm, DetachedTensors* detached,
+                    std::vector<std::shared_ptr<void>>* leases) {
   if (!t.has_shared_memory()) return absl::OkStatus();
   if (!t.data().empty() || detached->Find(&t) != nullptr) {
     return absl::InvalidArgumentError(
@@ -44,6 +45,7 @@ absl::Status Attach(const v1::Tensor& t, const std::string& field,
       t.shared_memory().region(), t.shared_memory().offset(), bytes, field);
   if (!span.ok()) return span.status();
   detached->Add(&t, std::move(span->data), span->bytes, span->where);
+  leases->push_back(std::move(span->lease));
   return absl::OkStatus();
 }
 
@@ -63,22 +65,23 @@ OutputView* OutputNamed(ConvSegment* s, Op op, const std::string& name) {
 }  // namespace
 
 absl::Status AttachSharedInputs(const Message& request, const SharedMemoryRegistry* shm,
-                                DetachedTensors* detached) {
+                                DetachedTensors* detached,
+                                std::vector<std::shared_ptr<void>>* leases) {
   const google::protobuf::Reflection* r = request.GetReflection();
   const google::protobuf::Descriptor* d = request.GetDescriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
     if (IsMessageOf(f, v1::Tensor::descriptor()) && r->HasField(request, f)) {
       const auto& t = static_cast<const v1::Tensor&>(r->GetMessage(request, f));
-      if (absl::Status s = Attach(t, f->name(), shm, detached); !s.ok()) return s;
+      if (absl::Status s = Attach(t, f->name(), shm, detached, leases); !s.ok()) return s;
     } else if (IsMessageOf(f, v1::InlineWeights::descriptor()) && r->HasField(request, f)) {
       const auto& w = static_cast<const v1::InlineWeights&>(r->GetMessage(request, f));
       if (w.has_weight()) {
-        absl::Status s = Attach(w.weight(), "inline_weights.weight", shm, detached);
+        absl::Status s = Attach(w.weight(), "inline_weights.weight", shm, detached, leases);
         if (!s.ok()) return s;
       }
       if (w.has_bias()) {
-        absl::Status s = Attach(w.bias(), "inline_weights.bias", shm, detached);
+        absl::Status s = Attach(w.bias(), "inline_weights.bias", shm, detached, leases);
         if (!s.ok()) return s;
       }
     }
@@ -87,7 +90,8 @@ absl::Status AttachSharedInputs(const Message& request, const SharedMemoryRegist
 }
 
 absl::Status ResolveSharedOutputs(const Message& request, const SharedMemoryRegistry* shm,
-                                  ValidatedCall* call, std::vector<SharedOutput>* outputs) {
+                                  ValidatedCall* call, std::vector<SharedOutput>* outputs,
+                                  std::vector<std::shared_ptr<void>>* leases) {
   const FieldDescriptor* f = request.GetDescriptor()->FindFieldByName("output_shared_memory");
   if (f == nullptr) return absl::OkStatus();
   const google::protobuf::Reflection* r = request.GetReflection();
@@ -122,6 +126,7 @@ absl::Status ResolveSharedOutputs(const Message& request, const SharedMemoryRegi
     out.view = view;
     out.bytes = view->bytes;
     out.region = ref.region();
+    leases->push_back(std::move(span->lease));
     out.span = *std::move(span);
     outputs->push_back(std::move(out));
   }

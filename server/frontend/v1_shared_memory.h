@@ -16,6 +16,7 @@
 #ifndef CONV1D_SERVER_FRONTEND_V1_SHARED_MEMORY_H_
 #define CONV1D_SERVER_FRONTEND_V1_SHARED_MEMORY_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,14 @@ namespace conv1d {
 
 // Every Tensor of `request` (top level and inline weights) with
 // shared_memory set gets an entry in `detached` for the product(shape) *
-// sizeof(dtype) bytes at that place. Tensors whose dtype or shape cannot
-// give a size are left to validation, which names them. `shm` may be null.
+// sizeof(dtype) bytes at that place, and its region's lease in `leases`
+// (to be cleared before the call is answered). Tensors whose dtype or shape
+// cannot give a size are left to validation, which names them. `shm` may be
+// null.
 absl::Status AttachSharedInputs(const google::protobuf::Message& request,
                                 const SharedMemoryRegistry* shm,
-                                DetachedTensors* detached);
+                                DetachedTensors* detached,
+                                std::vector<std::shared_ptr<void>>* leases);
 
 // One output bound to a region.
 struct SharedOutput {
@@ -45,10 +49,11 @@ struct SharedOutput {
 };
 
 // Checks the request's output_shared_memory against the outputs `call`
-// returns and resolves each range.
+// returns and resolves each range (leases into `leases`).
 absl::Status ResolveSharedOutputs(const google::protobuf::Message& request,
                                   const SharedMemoryRegistry* shm, ValidatedCall* call,
-                                  std::vector<SharedOutput>* outputs);
+                                  std::vector<SharedOutput>* outputs,
+                                  std::vector<std::shared_ptr<void>>* leases);
 
 // Before Bind*Response: the outputs' byte counts go to zero so that the
 // response allocates nothing for them.
