@@ -8,6 +8,7 @@
 #include "absl/types/optional.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_writer.h"
+#include "server/core/segment_check.h"
 #include "server/core/task.h"
 #include "server/frontend/status_mapping.h"
 #include "server/frontend/v1_shared_memory.h"
@@ -43,16 +44,16 @@ struct ComputeCall {
 
 Conv1dService::Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
                              WeightRegistry* registry, SharedMemoryRegistry* shm,
-                             Backend* backend, Observer* observer)
+                             BackendInfo backend, Observer* observer)
     : options_(options),
       submitter_(submitter),
       registry_(registry),
       shm_(shm),
-      backend_(backend),
+      backend_(std::move(backend)),
       observer_(observer),
       host_min_bytes_(options.host_tensors == HostTensors::kAlways ||
                               (options.host_tensors == HostTensors::kAuto &&
-                               backend->PrefersHostBuffers())
+                               backend_.host_buffers->page_locked())
                           ? options.host_tensor_min_bytes
                           : -1) {}
 
@@ -122,8 +123,8 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     return reactor;
   };
 
-  const HostAllocator allocate = [backend = backend_](int64_t bytes) {
-    return backend->AllocateHostBuffer(bytes);
+  const HostAllocator allocate = [buffers = backend_.host_buffers.get()](int64_t bytes) {
+    return buffers->Allocate(bytes);
   };
   absl::Status status = ParseWithDetachedData(*request, &call->request, host_min_bytes_,
                                               allocate, &call->request_data);
@@ -270,8 +271,8 @@ grpc::ServerUnaryReactor* Conv1dService::ServerInfo(grpc::CallbackServerContext*
       "ServerInfo", context, request, response,
       [this](const v1::ServerInfoRequest&, v1::ServerInfoResponse* resp) {
         resp->set_version(options_.version);
-        resp->set_backend(backend_->name());
-        for (const std::string& device : backend_->devices()) resp->add_devices(device);
+        resp->set_backend(backend_.name);
+        for (const std::string& device : backend_.devices) resp->add_devices(device);
         resp->set_max_width(options_.limits.max_width);
         resp->set_max_request_bytes(options_.limits.max_request_bytes);
         return absl::OkStatus();

@@ -46,19 +46,6 @@ v1::Tensor* TensorOf(Request* r, Role role) {
   return nullptr;  // not reached: roles come from the model's table
 }
 
-OutputView* OutputOf(ConvSegment* s, Role role) {
-  switch (role) {
-    case Role::kY: return &s->y;
-    case Role::kFinalStates: return &s->final_states;
-    case Role::kDx: return &s->dx;
-    case Role::kDweight: return &s->dweight;
-    case Role::kDbias: return &s->dbias;
-    case Role::kDinitialStates: return &s->dinitial_states;
-    case Role::kConvStateOut: return &s->conv_state_out;
-    default: return nullptr;
-  }
-}
-
 // Bytes that the call does not own, as a buffer for DetachedTensors.
 std::shared_ptr<void> Unowned(const void* data) {
   return std::shared_ptr<void>(std::shared_ptr<void>(), const_cast<void*>(data));
@@ -298,7 +285,7 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   }
   // Outputs the op writes whether asked for or not.
   for (Role r : model->outputs) {
-    const OutputView* view = OutputOf(&call->valid.segment, r);
+    const OutputView* view = &call->valid.segment.output(r);
     if (view->bytes == 0 || requested(r)) continue;
     OipOutput o;
     o.role = r;
@@ -308,7 +295,7 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   for (size_t i = 0; i < call->outputs.size(); ++i) {
     OipOutput& o = call->outputs[i];
     const std::string what = StrCat("output '", RoleName(o.role), "'");
-    const OutputView* view = OutputOf(&call->valid.segment, o.role);
+    const OutputView* view = &call->valid.segment.output(o.role);
     if (o.role == Role::kDbias && !has_bias) {
       return InvalidArgumentError(
           StrCat(what, " exists only for weights with a bias (input 'bias')"));
@@ -344,7 +331,7 @@ void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* c
   // raw_output_contents has one entry per output, as clients index it like
   // `outputs`: empty for an output in shared memory.
   for (OipOutput& o : call->outputs) {
-    OutputView* view = OutputOf(&seg, o.role);
+    OutputView* view = &seg.output(o.role);
     if (o.returned) {
       auto* t = response->add_outputs();
       t->set_name(RoleName(o.role));

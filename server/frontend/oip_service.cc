@@ -35,12 +35,12 @@ absl::StatusOr<const OipModel*> LookupModel(absl::string_view name,
 
 OipService::OipService(OipServiceOptions options, RequestSubmitter* submitter,
                        WeightRegistry* registry, SharedMemoryRegistry* shm,
-                       Backend* backend, Observer* observer)
+                       BackendInfo backend, Observer* observer)
     : options_(std::move(options)),
       submitter_(submitter),
       registry_(registry),
       shm_(shm),
-      backend_(backend),
+      backend_(std::move(backend)),
       observer_(observer) {}
 
 OipService::~OipService() = default;
@@ -252,7 +252,7 @@ grpc::ServerUnaryReactor* OipService::ModelConfig(Ctx* c,
                 [this](const inference::ModelConfigRequest& q, auto* r) {
                   absl::StatusOr<const OipModel*> model = LookupModel(q.name(), q.version());
                   if (!model.ok()) return model.status();
-                  FillModelConfig(**model, backend_->name() == "gpu",
+                  FillModelConfig(**model, backend_.name == "gpu",
                                   options_.max_queue_delay_us,
                                   options_.require_all_inputs, r->mutable_config());
                   return absl::OkStatus();
@@ -400,7 +400,7 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryRegister(
                 [this](const inference::CudaSharedMemoryRegisterRequest& q, auto*) {
                   return absl::UnimplementedError(absl::StrCat(
                       "region \"", q.name(), "\": CUDA shared memory is not served by this "
-                      "server (backend ", backend_->name(),
+                      "server (backend ", backend_.name,
                       "); register system shared memory instead"));
                 });
 }

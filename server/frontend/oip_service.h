@@ -75,7 +75,7 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
  public:
   // REQUIRES: every pointer non-null and outliving the service.
   OipService(OipServiceOptions options, RequestSubmitter* submitter,
-             WeightRegistry* registry, SharedMemoryRegistry* shm, Backend* backend,
+             WeightRegistry* registry, SharedMemoryRegistry* shm, BackendInfo backend,
              Observer* observer);
   ~OipService() override;
 
@@ -175,7 +175,7 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
   RequestSubmitter* const submitter_;
   WeightRegistry* const registry_;
   SharedMemoryRegistry* const shm_;
-  Backend* const backend_;
+  const BackendInfo backend_;
   Observer* const observer_;
   std::array<ModelStats, 3> stats_;
   RequestIds request_ids_;

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <utility>
 
+#include "server/core/segment_check.h"
+
 namespace conv1d {
 
 absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
@@ -23,10 +25,10 @@ absl::Status RequestSubmitter::Submit(ValidatedCall* call,
                                       std::shared_ptr<const void> keepalive,
                                       absl::Time deadline,
                                       std::function<bool()> cancelled, OnDone on_done) {
-  absl::Status status = backend_->CanServe(call->key, call->segment);
+  absl::Status status = CheckServable(backend_, call->key, call->segment);
   if (!status.ok()) {
-    // A backend's own shape rules count as invalid input; anything else
-    // (pool capacity) as too large for this server.
+    // A malformed segment counts as invalid input; anything else (beyond
+    // the backend's capacity) as too large for this server.
     observer_->OnRejected(absl::IsInvalidArgument(status) ? RejectReason::kInvalid
                                                           : RejectReason::kTooLarge);
     return status;

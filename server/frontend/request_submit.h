@@ -39,10 +39,11 @@ class RequestSubmitter {
  public:
   using OnDone = absl::AnyInvocable<void(const absl::Status&, const TaskTimings&)>;
 
-  // REQUIRES: every pointer non-null and outliving the submitter.
-  RequestSubmitter(const ValidationLimits& limits, Scheduler* scheduler, Backend* backend,
-                   Observer* observer)
-      : limits_(limits), scheduler_(scheduler), backend_(backend), observer_(observer) {}
+  // `backend`: the backend's limits, read once at start-up. REQUIRES: the
+  // pointers non-null and outliving the submitter.
+  RequestSubmitter(const ValidationLimits& limits, const BackendLimits& backend,
+                   Scheduler* scheduler, Observer* observer)
+      : limits_(limits), backend_(backend), scheduler_(scheduler), observer_(observer) {}
 
   const ValidationLimits& limits() const { return limits_; }
 
@@ -50,7 +51,7 @@ class RequestSubmitter {
   // its outputs. INVALID_ARGUMENT (reported as kTooLarge) when over.
   absl::Status Admit(const ValidatedCall& call) const;
 
-  // Backend::CanServe, then a Task (key and segment moved out of `call`,
+  // The segment against the backend's limits (CheckServable), then a Task (key and segment moved out of `call`,
   // `keepalive` holding whatever its views point into) submitted to the
   // scheduler. On OK, `on_done` runs exactly once from a lane thread, after
   // which the task and `keepalive` are released. On an error nothing was
@@ -62,8 +63,8 @@ class RequestSubmitter {
 
  private:
   const ValidationLimits limits_;
+  const BackendLimits backend_;
   Scheduler* const scheduler_;
-  Backend* const backend_;
   Observer* const observer_;
   std::atomic<uint64_t> next_task_id_{1};
 };

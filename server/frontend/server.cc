@@ -143,12 +143,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   server->shm_registry_ = std::move(*shm);
   // Both protocols submit through one submitter: one admission, one task-id
   // sequence, one scheduler.
+  const BackendInfo backend_info = BackendInfo::Of(*server->backend_);
   server->submitter_ = std::make_unique<RequestSubmitter>(
-      service_options.limits, server->scheduler_.get(), server->backend_.get(),
+      service_options.limits, backend_info.limits, server->scheduler_.get(),
       server->observer_);
   server->service_ = std::make_unique<Conv1dService>(
       service_options, server->submitter_.get(), server->registry_.get(),
-      server->shm_registry_.get(), server->backend_.get(), server->observer_);
+      server->shm_registry_.get(), backend_info, server->observer_);
   OipServiceOptions oip_options;
   oip_options.version = service_options.version;
   oip_options.access_log = options.access_log;
@@ -157,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   oip_options.require_all_inputs = options.oip_require_all_inputs;
   server->oip_service_ = std::make_unique<OipService>(
       std::move(oip_options), server->submitter_.get(), server->registry_.get(),
-      server->shm_registry_.get(), server->backend_.get(), server->observer_);
+      server->shm_registry_.get(), backend_info, server->observer_);
 
   // Both are process-wide switches read by the next BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);
