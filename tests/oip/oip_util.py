@@ -8,7 +8,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # reported by require("numpy") in the suites
+    np = None
 
 SKIP = 77
 

@@ -11,17 +11,16 @@ import random
 import sys
 import unittest
 
-import numpy as np
-
 import oip_util
-from oip_util import backward, forward, update
 
+np = oip_util.require("numpy")
 grpcclient = oip_util.require("tritonclient.grpc")
 oip_util.require("ml_dtypes")
 import grpc  # noqa: E402  (installed with tritonclient[grpc])
 import ml_dtypes  # noqa: E402
 import tritonclient.utils as tutils  # noqa: E402
 import tritonclient.utils.shared_memory as shm  # noqa: E402
+from oip_util import backward, forward, update  # noqa: E402
 
 SERVER_BINARY = None
 SEED = int(os.environ.get("OIP_TEST_SEED", random.randrange(1 << 30)))
