@@ -94,6 +94,22 @@ class HealthAndMetadata(Fixture):
         self.assertEqual(sorted(m["name"] for m in index["models"]),
                          ["conv1d_backward", "conv1d_forward", "conv1d_update"])
 
+    def test_reflection_and_health_list_the_service(self):
+        # Raw calls with hand-encoded messages (no generated stubs needed):
+        # ServerReflectionRequest{list_services: ""} (field 7) and
+        # HealthCheckRequest{service} (field 1).
+        name = b"inference.GRPCInferenceService"
+        with grpc.insecure_channel(self.server.url) as ch:
+            info = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/"
+                                    "ServerReflectionInfo")
+            answers = list(info(iter([b"\x3a\x00"]), timeout=10))
+            self.assertEqual(len(answers), 1)
+            self.assertIn(name, answers[0])
+            self.assertIn(b"conv1d.v1.Conv1d", answers[0])
+            check = ch.unary_unary("/grpc.health.v1.Health/Check")
+            answer = check(b"\x0a" + bytes([len(name)]) + name, timeout=10)
+            self.assertEqual(answer, b"\x08\x01")  # status: SERVING
+
     def test_metadata_and_config_name_every_tensor(self):
         want = {
             "conv1d_forward": (["x", "weight", "bias", "initial_states"], ["y", "final_states"]),
