@@ -64,8 +64,9 @@ bool HasTypedContents(const inference::InferTensorContents& c) {
 
 // Points the request's tensor of `role` at the bytes of input `index`.
 template <typename Request>
-absl::Status BindInput(const inference::ModelInferRequest& request, int index, Role role,
-                       const SharedMemoryRegistry* shm, Request* message,
+absl::Status BindInput(const inference::ModelInferRequest& request, const RawBuffers* raw_in,
+                       int index, Role role, const SharedMemoryRegistry* shm,
+                       Request* message,
                        DetachedTensors* detached,
                        std::vector<std::shared_ptr<void>>* leases) {
   const inference::ModelInferRequest::InferInputTensor& in = request.inputs(index);
@@ -83,7 +84,8 @@ absl::Status BindInput(const inference::ModelInferRequest& request, int index, R
   const bool raw = request.raw_input_contents_size() > 0;
   const bool typed = HasTypedContents(in.contents());
   if (ref.present) {
-    if (typed || (raw && !request.raw_input_contents(index).empty())) {
+    if (typed || (raw && (!request.raw_input_contents(index).empty() ||
+                          (raw_in != nullptr && raw_in->Find(index) != nullptr)))) {
       return InvalidArgumentError(
           StrCat(what, ": data both in shared memory and in the request"));
     }
@@ -103,6 +105,10 @@ absl::Status BindInput(const inference::ModelInferRequest& request, int index, R
       return InvalidArgumentError(
           StrCat(what, ": typed contents in a request that uses raw_input_contents"));
     }
+    if (const HostBuffer* b = raw_in != nullptr ? raw_in->Find(index) : nullptr) {
+      detached->Add(t, *b, raw_in->bytes[index]);
+      return absl::OkStatus();
+    }
     const std::string& bytes = request.raw_input_contents(index);
     detached->Add(t, Unowned(bytes.data()), static_cast<int64_t>(bytes.size()));
     return absl::OkStatus();
@@ -120,7 +126,7 @@ absl::Status BindInput(const inference::ModelInferRequest& request, int index, R
 
 template <typename Request>
 absl::Status TranslateInputs(const inference::ModelInferRequest& request,
-                             const OipModel& model, const SharedMemoryRegistry* shm,
+                             const RawBuffers* raw_in, const OipModel& model, const SharedMemoryRegistry* shm,
                              const std::string& weights_name, bool require_all,
                              Request* message, DetachedTensors* detached,
                              std::vector<std::shared_ptr<void>>* leases) {
@@ -145,7 +151,7 @@ absl::Status TranslateInputs(const inference::ModelInferRequest& request,
     }
     if (seen.has(*role)) return InvalidArgumentError(StrCat("input '", name, "' is given twice"));
     seen = seen.with(*role);
-    absl::Status s = BindInput(request, i, *role, shm, message, detached, leases);
+    absl::Status s = BindInput(request, raw_in, i, *role, shm, message, detached, leases);
     if (!s.ok()) return s;
   }
   for (Role r : model.inputs) {
@@ -219,7 +225,7 @@ const google::protobuf::Message* TranslatedRequest(const OipInferCall* call) {
 }
 
 absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
-                             const WeightRegistry& registry,
+                             const RawBuffers* raw, const WeightRegistry& registry,
                              const SharedMemoryRegistry* shm,
                              const ValidationLimits& limits, bool require_all_inputs,
                              OipInferCall* call) {
@@ -250,21 +256,21 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   };
   switch (model->op) {
     case Op::kForward:
-      s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
+      s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
                           &call->forward, &call->inputs, &call->leases);
       if (!s.ok()) return s;
       call->forward.set_return_final_states(requested(Role::kFinalStates));
       s = ValidateForward(call->forward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kBackward:
-      s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
+      s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
                           &call->backward, &call->inputs, &call->leases);
       if (!s.ok()) return s;
       call->backward.set_return_dinitial_states(requested(Role::kDinitialStates));
       s = ValidateBackward(call->backward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kUpdate:
-      s = TranslateInputs(request, *model, shm, weights_name, require_all_inputs,
+      s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
                           &call->update, &call->inputs, &call->leases);
       if (!s.ok()) return s;
       s = ValidateUpdate(call->update, registry, limits, &call->valid, &call->inputs);
@@ -323,7 +329,8 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
 }
 
 void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* call,
-                    inference::ModelInferResponse* response) {
+                    inference::ModelInferResponse* response,
+                    const OipOutputBuffers* buffers) {
   response->set_model_name(call->model->name);
   response->set_model_version(kOipModelVersion);
   response->set_id(request.id());
@@ -349,6 +356,16 @@ void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* c
         params[kParamShmRegion].set_string_param(o.region);
         params[kParamShmOffset].set_int64_param(o.span.where.offset);
         params[kParamShmByteSize].set_int64_param(o.span.bytes);
+      } else if (!o.empty_state && buffers != nullptr && buffers->min_bytes >= 0 &&
+                 view->bytes >= buffers->min_bytes) {
+        const int index = response->raw_output_contents_size() - 1;
+        HostBuffer buffer = buffers->allocate(view->bytes);
+        view->data = buffer.data.get();
+        view->where.kind = buffer.kind;
+        buffers->raw->buffers.resize(index + 1);
+        buffers->raw->bytes.resize(index + 1);
+        buffers->raw->buffers[index] = std::move(buffer);
+        buffers->raw->bytes[index] = view->bytes;
       } else if (!o.empty_state) {
         bytes->resize(static_cast<size_t>(view->bytes));
         view->data = bytes->data();

@@ -36,6 +36,7 @@
 #include "server/core/shm_registry.h"
 #include "server/core/weight_registry.h"
 #include "server/frontend/oip_models.h"
+#include "server/frontend/oip_wire.h"
 #include "server/frontend/validation.h"
 #include "server/frontend/wire_tensors.h"
 
@@ -68,20 +69,33 @@ struct OipInferCall {
 };
 
 // Translates and validates `request` into *call without allocating anything
-// sized by the request. `shm` may be null (no region can be named). With
-// `require_all_inputs` every input of the model must be sent.
-// REQUIRES: `request` outlives every use of call->valid's views.
+// sized by the request. `shm` may be null (no region can be named); `raw`
+// (may be null) holds raw_input_contents received outside the message
+// (oip_wire.h). With `require_all_inputs` every input of the model must be
+// sent. REQUIRES: `request` and `raw` outlive every use of call->valid's
+// views.
 absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
-                             const WeightRegistry& registry,
+                             const RawBuffers* raw, const WeightRegistry& registry,
                              const SharedMemoryRegistry* shm,
                              const ValidationLimits& limits, bool require_all_inputs,
                              OipInferCall* call);
 
+// Where BindOipOutputs puts returned outputs of at least `min_bytes` (>= 0;
+// < 0: none): in memory from `allocate`, recorded in `raw` by
+// raw_output_contents index, for SerializeInferResponse.
+struct OipOutputBuffers {
+  int64_t min_bytes = -1;
+  HostAllocator allocate;
+  RawBuffers* raw = nullptr;
+};
+
 // Fills the response's header and output list, and points every output of
-// call->valid.segment at its storage (a raw_output_contents entry, a region,
-// or scratch). REQUIRES: PrepareOipInfer(request, ...) returned OK.
+// call->valid.segment at its storage (a raw_output_contents entry, a host
+// buffer per `buffers` (may be null), a region, or scratch).
+// REQUIRES: PrepareOipInfer(request, ...) returned OK.
 void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* call,
-                    inference::ModelInferResponse* response);
+                    inference::ModelInferResponse* response,
+                    const OipOutputBuffers* buffers = nullptr);
 
 // The conv1d.v1 request `call` was translated into (for log lines); null
 // before the model is known.

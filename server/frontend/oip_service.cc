@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/frontend/oip_wire.h"
 #include "server/frontend/status_mapping.h"
 
 namespace conv1d {
@@ -46,11 +47,11 @@ OipService::OipService(OipServiceOptions options, RequestSubmitter* submitter,
 OipService::~OipService() = default;
 
 OipService::CallInfo OipService::Begin(const char* method, grpc::ServerContextBase* context,
-                                       const google::protobuf::Message& request) {
+                                       int64_t bytes_received) {
   CallInfo call;
   call.method = method;
   call.start = absl::Now();
-  call.bytes_received = static_cast<int64_t>(request.ByteSizeLong());
+  call.bytes_received = bytes_received;
   call.request_id = request_ids_.Next(*context);
   observer_->OnRequestStart(method);
   return call;
@@ -107,13 +108,14 @@ void OipService::Record(const OipModel* model, int64_t batch, const absl::Status
 void OipService::StartInfer(grpc::CallbackServerContext* context,
                             const inference::ModelInferRequest* request,
                             inference::ModelInferResponse* response,
+                            const RawBuffers* raw_in, RawBuffers* raw_out,
                             std::shared_ptr<const void> request_owner,
                             std::shared_ptr<OipInferCall>* call_out, InferDone done) {
   const absl::Time start = absl::Now();
   auto call = std::make_shared<OipInferCall>();
   *call_out = call;
   absl::Status status =
-      PrepareOipInfer(*request, *registry_, shm_, submitter_->limits(),
+      PrepareOipInfer(*request, raw_in, *registry_, shm_, submitter_->limits(),
                       options_.require_all_inputs, call.get());
   if (!status.ok()) {
     observer_->OnRejected(RejectReason::kInvalid);
@@ -126,7 +128,13 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
     done(status);
     return;
   }
-  BindOipOutputs(*request, call.get(), response);
+  OipOutputBuffers buffers;
+  buffers.min_bytes = raw_out != nullptr ? options_.host_tensor_min_bytes : -1;
+  buffers.allocate = [provider = backend_.host_buffers.get()](int64_t bytes) {
+    return provider->Allocate(bytes);
+  };
+  buffers.raw = raw_out;
+  BindOipOutputs(*request, call.get(), response, &buffers);
   const int64_t batch = call->valid.segment.batch;
   // `done` is called from on_done, or here when the scheduler refuses the
   // task (on_done is then dropped without running).
@@ -155,22 +163,47 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
   }
 }
 
-grpc::ServerUnaryReactor* OipService::ModelInfer(Ctx* context,
-                                                 const inference::ModelInferRequest* request,
-                                                 inference::ModelInferResponse* response) {
+namespace {
+
+// One ModelInfer call's messages and the raw contents kept outside them.
+struct OipUnaryCall {
+  inference::ModelInferRequest request;
+  inference::ModelInferResponse response;
+  RawBuffers raw_in, raw_out;
+  std::shared_ptr<OipInferCall> call;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* OipService::ModelInfer(Ctx* context, const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  CallInfo info = Begin("ModelInfer", context, *request);
-  auto call = std::make_shared<std::shared_ptr<OipInferCall>>();
-  StartInfer(context, request, response, nullptr, call.get(),
-             [this, reactor, context, info, response, call](const absl::Status& status) {
-               const int64_t sent =
-                   status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0;
-               if (!status.ok()) response->Clear();
-               Report(context, info, status, sent, TranslatedRequest(call->get()));
-               context->AddTrailingMetadata(kRequestIdKey, info.request_id);
-               AddRetryHint(status, context);
-               reactor->Finish(ToGrpcStatus(status));
-             });
+  CallInfo info = Begin("ModelInfer", context, static_cast<int64_t>(request->Length()));
+  auto unary = std::make_shared<OipUnaryCall>();
+  const HostAllocator allocate = [provider = backend_.host_buffers.get()](int64_t bytes) {
+    return provider->Allocate(bytes);
+  };
+  auto finish = [this, reactor, context, info, response,
+                 unary](const absl::Status& done) {
+    absl::Status status = done;
+    if (status.ok()) {
+      status = SerializeInferResponse(&unary->response, unary->raw_out, response);
+    }
+    const int64_t sent = status.ok() ? static_cast<int64_t>(response->Length()) : 0;
+    Report(context, info, status, sent, TranslatedRequest(unary->call.get()));
+    context->AddTrailingMetadata(kRequestIdKey, info.request_id);
+    AddRetryHint(status, context);
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  absl::Status status = ParseInferRequest(*request, options_.host_tensor_min_bytes, allocate,
+                                          &unary->request, &unary->raw_in);
+  if (!status.ok()) {
+    observer_->OnRejected(RejectReason::kInvalid);
+    finish(status);
+    return reactor;
+  }
+  StartInfer(context, &unary->request, &unary->response, &unary->raw_in, &unary->raw_out,
+             unary, &unary->call, std::move(finish));
   return reactor;
 }
 
@@ -179,7 +212,7 @@ grpc::ServerUnaryReactor* OipService::Inline(const char* method, Ctx* context,
                                              const Request* request, Response* response,
                                              Handle handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  CallInfo info = Begin(method, context, *request);
+  CallInfo info = Begin(method, context, static_cast<int64_t>(request->ByteSizeLong()));
   absl::Status status = handle(*request, response);
   if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
   Report(context, info, status,

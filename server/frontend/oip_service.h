@@ -25,6 +25,10 @@
 // (method names as in the protocol, e.g. "ModelInfer") and writes the access
 // log line, with the x-request-id trailer as Conv1dService does.
 //
+// ModelInfer is registered raw: its large raw_input_contents are received
+// straight into the server's host buffers, and large outputs sent from them
+// (oip_wire.h), as conv1d.v1 does with host_tensor_min_bytes.
+//
 // Thread-safety: handlers run concurrently on gRPC threads; the statistics
 // are atomics. Everything passed to the constructor is not owned and must
 // outlive the grpc::Server the service is registered with.
@@ -62,6 +66,10 @@ struct OipServiceOptions {
   std::shared_ptr<AccessLog> access_log;
   // Reported in ModelConfig's dynamic_batching.
   int64_t max_queue_delay_us = 0;
+  // raw_input_contents entries and outputs of at least this many bytes live
+  // in host buffers from BackendInfo::host_buffers rather than protobuf
+  // strings; -1: never (ServiceOptions::host_tensor_min_bytes in effect).
+  int64_t host_tensor_min_bytes = -1;
   // ServerReady / ModelReady; empty: always ready.
   std::function<bool()> ready;
   // Every input of a model is required (weights_name is then refused) and
@@ -71,7 +79,11 @@ struct OipServiceOptions {
   bool require_all_inputs = false;
 };
 
-class OipService final : public inference::GRPCInferenceService::CallbackService {
+// Every method as a callback method, ModelInfer raw (ByteBuffer in and out).
+using OipServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::CallbackService>;
+
+class OipService final : public OipServiceBase {
  public:
   // REQUIRES: every pointer non-null and outliving the service.
   OipService(OipServiceOptions options, RequestSubmitter* submitter,
@@ -91,8 +103,7 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
                         inference::ServerMetadataResponse* resp) override;
   Unary* ModelMetadata(Ctx* c, const inference::ModelMetadataRequest* req,
                        inference::ModelMetadataResponse* resp) override;
-  Unary* ModelInfer(Ctx* c, const inference::ModelInferRequest* req,
-                    inference::ModelInferResponse* resp) override;
+  Unary* ModelInfer(Ctx* c, const grpc::ByteBuffer* req, grpc::ByteBuffer* resp) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(Ctx* c) override;
   Unary* ModelConfig(Ctx* c, const inference::ModelConfigRequest* req,
@@ -128,10 +139,12 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
   // request and response must stay valid until then. The call's translated
   // request (for the log line) is in *call.
   using InferDone = absl::AnyInvocable<void(const absl::Status&)>;
+  // `raw_in` / `raw_out` (may be null): raw contents outside the messages
+  // (oip_wire.h), owned by `request_owner`.
   void StartInfer(grpc::CallbackServerContext* context,
                   const inference::ModelInferRequest* request,
-                  inference::ModelInferResponse* response,
-                  std::shared_ptr<const void> request_owner,
+                  inference::ModelInferResponse* response, const RawBuffers* raw_in,
+                  RawBuffers* raw_out, std::shared_ptr<const void> request_owner,
                   std::shared_ptr<OipInferCall>* call, InferDone done);
 
   // Log line and observer report of a finished call; the reactor is the
@@ -143,7 +156,7 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
     std::string request_id;
   };
   CallInfo Begin(const char* method, grpc::ServerContextBase* context,
-                 const google::protobuf::Message& request);
+                 int64_t bytes_received);
   void Report(grpc::ServerContextBase* context, const CallInfo& call,
               const absl::Status& status, int64_t bytes_sent,
               const google::protobuf::Message* described);

@@ -45,9 +45,11 @@ class OipService::Stream final
       ++pending_;
     }
     StartRead(&request_);
-    item->info = service_->Begin("ModelStreamInfer", context_, item->request);
+    item->info = service_->Begin("ModelStreamInfer", context_,
+                                 static_cast<int64_t>(item->request.ByteSizeLong()));
     inference::ModelInferResponse* response = item->answer.mutable_infer_response();
-    service_->StartInfer(context_, &item->request, response, item, &item->call,
+    service_->StartInfer(context_, &item->request, response, nullptr, nullptr, item,
+                         &item->call,
                          [this, item](const absl::Status& status) { Answer(item, status); });
   }
 

@@ -156,6 +156,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   oip_options.max_queue_delay_us = options.scheduler.max_queue_delay_us;
   oip_options.ready = [s = server.get()] { return s->serving(); };
   oip_options.require_all_inputs = options.oip_require_all_inputs;
+  // The same rule as Conv1dService's for tensors in host buffers.
+  oip_options.host_tensor_min_bytes =
+      options.host_tensors == HostTensors::kAlways ||
+              (options.host_tensors == HostTensors::kAuto &&
+               backend_info.host_buffers->page_locked())
+          ? options.host_tensor_min_bytes
+          : -1;
   server->oip_service_ = std::make_unique<OipService>(
       std::move(oip_options), server->submitter_.get(), server->registry_.get(),
       server->shm_registry_.get(), backend_info, server->observer_);

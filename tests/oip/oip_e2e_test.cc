@@ -15,7 +15,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "server/backends/echo/echo_backend.h"
+#include "server/frontend/oip_wire.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
@@ -267,6 +269,65 @@ TEST_F(OipE2eTest, V1TensorsReadAndWriteRegisteredSharedMemory) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("output_shared_memory[\"dx\"]"));
   EXPECT_TRUE(Unregister("io").ok());
+}
+
+grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
+  const std::string bytes = m.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+TEST(OipWire, LargeRawContentsTravelOutsideTheMessagesAndRoundTrip) {
+  inference::ModelInferRequest req;
+  req.set_model_name("conv1d_forward");
+  req.add_raw_input_contents(std::string(8, 'a'));     // stays in the message
+  req.add_raw_input_contents(std::string(4096, 'b'));  // moves to a host buffer
+  req.add_raw_input_contents("");
+  int allocations = 0;
+  const HostAllocator allocate = [&](int64_t bytes) {
+    ++allocations;
+    return HeapHostBuffers().Allocate(bytes);
+  };
+  inference::ModelInferRequest parsed;
+  RawBuffers raw;
+  ASSERT_TRUE(ParseInferRequest(Serialize(req), 64, allocate, &parsed, &raw).ok());
+  EXPECT_EQ(allocations, 1);
+  EXPECT_EQ(parsed.model_name(), "conv1d_forward");
+  ASSERT_EQ(parsed.raw_input_contents_size(), 3);
+  EXPECT_EQ(parsed.raw_input_contents(0), std::string(8, 'a'));
+  EXPECT_TRUE(parsed.raw_input_contents(1).empty());
+  EXPECT_EQ(raw.Find(0), nullptr);
+  ASSERT_NE(raw.Find(1), nullptr);
+  EXPECT_EQ(raw.bytes[1], 4096);
+  EXPECT_EQ(std::string(static_cast<const char*>(raw.Find(1)->data.get()), 4096),
+            std::string(4096, 'b'));
+  // min_bytes < 0 moves nothing.
+  ASSERT_TRUE(ParseInferRequest(Serialize(req), -1, allocate, &parsed, &raw).ok());
+  EXPECT_EQ(parsed.raw_input_contents(1), std::string(4096, 'b'));
+  EXPECT_EQ(raw.Find(1), nullptr);
+
+  // Responses: buffered entries are sent from their buffers, in order.
+  inference::ModelInferResponse resp;
+  resp.set_model_name("conv1d_forward");
+  resp.add_outputs()->set_name("y");
+  resp.add_outputs()->set_name("final_states");
+  resp.add_raw_output_contents();          // from a buffer
+  resp.add_raw_output_contents("small");   // inline
+  RawBuffers out;
+  out.buffers.resize(1);
+  out.bytes.resize(1);
+  out.buffers[0] = HeapHostBuffers().Allocate(3000);
+  std::memset(out.buffers[0].data.get(), 'y', 3000);
+  out.bytes[0] = 3000;
+  grpc::ByteBuffer wire;
+  ASSERT_TRUE(SerializeInferResponse(&resp, out, &wire).ok());
+  inference::ModelInferResponse back;
+  grpc::ProtoBufferReader reader(&wire);
+  ASSERT_TRUE(back.ParseFromZeroCopyStream(&reader));
+  EXPECT_EQ(back.outputs_size(), 2);
+  ASSERT_EQ(back.raw_output_contents_size(), 2);
+  EXPECT_EQ(back.raw_output_contents(0), std::string(3000, 'y'));
+  EXPECT_EQ(back.raw_output_contents(1), "small");
 }
 
 }  // namespace

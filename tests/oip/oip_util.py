@@ -2,6 +2,7 @@
 loopback port, float64 reference implementations of the three ops, and the
 skip convention (exit 77 when a tool is missing)."""
 import importlib
+import os
 import signal
 import socket
 import subprocess
@@ -32,9 +33,11 @@ def free_port():
 
 
 class Server:
-    """conv1d_server (CPU backend) on a free port, ready on entry."""
+    """conv1d_server (CPU backend) on a free port, ready on entry, with
+    `args` and those in $OIP_SERVER_ARGS (space-separated)."""
 
     def __init__(self, binary, *args):
+        args = (*args, *os.environ.get("OIP_SERVER_ARGS", "").split())
         import tritonclient.grpc as grpcclient
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
