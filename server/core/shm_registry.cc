@@ -56,7 +56,10 @@ struct SharedMemoryRegistry::Region {
   size_t map_bytes = 0;
   char* data = nullptr;  // map_base + the offset's distance from its page
 
+  std::shared_ptr<HostMemoryPinner> pinner;  // set when the mapping is pinned
+
   ~Region() {
+    if (pinner != nullptr) pinner->Unpin(map_base);
     if (map_base != MAP_FAILED) munmap(map_base, map_bytes);
     if (fd >= 0) close(fd);
   }
@@ -150,6 +153,11 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
         "\": ", std::strerror(errno)));
   }
   region->data = static_cast<char*>(region->map_base) + (offset - map_offset);
+  if (options_.pinner != nullptr &&
+      options_.pinner->Pin(region->map_base, static_cast<int64_t>(region->map_bytes)).ok()) {
+    region->pinner = options_.pinner;
+    region->info.page_locked = true;
+  }
 
   absl::MutexLock lock(&mu_);
   // Checked again: another Register of the same name may have won meanwhile.
@@ -241,7 +249,9 @@ absl::StatusOr<SharedSpan> SharedMemoryRegistry::Resolve(absl::string_view name,
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
   }
   span.bytes = bytes;
-  span.where.kind = MemoryKind::kSharedHost;
+  // Pageable regions are staged like heap memory (see the header).
+  span.where.kind =
+      region->info.page_locked ? MemoryKind::kSharedHost : MemoryKind::kHostHeap;
   span.where.region = region->info.id;
   span.where.offset = offset;
   char* data = region->data + offset;

@@ -30,6 +30,13 @@
 //     registration stays valid: the mapping keeps the memory.
 //   - Mappings are released when the last span of an unregistered region is
 //     released, and all of them when the registry is destroyed.
+// Placement: a backend moves kSharedHost bytes as page-locked memory (DMA,
+// or read in place by its kernels), so spans are kSharedHost only for
+// regions that the registry's HostMemoryPinner page-locked at registration
+// (and unlocks before unmapping). Without a pinner, or when pinning fails,
+// spans are kHostHeap (still naming the region and offset) and backends
+// stage them like any pageable memory.
+//
 // Any caller that may register may map any shared-memory object the server
 // process can open: run the server as a user that can open only what its
 // clients may hand it (as with Triton).
@@ -54,10 +61,24 @@
 
 namespace conv1d {
 
+// Page-locks host memory for a backend's DMA engines and kernels (e.g.
+// cudaHostRegister / hipHostRegister). Thread-safe.
+class HostMemoryPinner {
+ public:
+  virtual ~HostMemoryPinner() = default;
+  // OK when [data, data + bytes) is now page-locked.
+  virtual absl::Status Pin(void* data, int64_t bytes) = 0;
+  // Undoes a successful Pin of `data`.
+  virtual void Unpin(void* data) = 0;
+};
+
 struct SharedMemoryRegistryOptions {
   // Regions registered at once; 1 .. 65536. Register answers
   // RESOURCE_EXHAUSTED past it.
   int32_t max_regions = 1024;
+  // Page-locks each region at registration; null: none is (see Placement
+  // above).
+  std::shared_ptr<HostMemoryPinner> pinner;
 };
 
 struct SharedRegionInfo {
@@ -67,6 +88,7 @@ struct SharedRegionInfo {
   int64_t byte_size = 0;  // bytes of the region
   uint64_t id = 0;        // Placement::region of views into it
   int64_t in_use = 0;     // leases currently held by requests
+  bool page_locked = false;  // pinned at registration: spans are kSharedHost
 };
 
 // Bytes inside a registered region. `data` holds the mapping alive; null

@@ -31,7 +31,8 @@
 //
 // Tensors may name a place in a registered system shared-memory region
 // instead of carrying bytes (Tensor.shared_memory, output_shared_memory):
-// they are read and written there, Placement kSharedHost.
+// they are read and written there (Placement kSharedHost for page-locked
+// regions, shm_registry.h).
 //
 // Compute calls reach the scheduler through a RequestSubmitter
 // (request_submit.h), the path the Open Inference Protocol frontend shares.

@@ -9,7 +9,8 @@
 // requested outputs the return_* flags. Tensor bytes are never copied: the
 // conv1d.v1 message carries dtypes and shapes only, and the bytes stay where
 // they arrived (raw_input_contents, typed fp32_contents, or a registered
-// shared-memory region, Placement kSharedHost), recorded as DetachedTensors
+// shared-memory region, Placement kSharedHost when page-locked, see
+// shm_registry.h), recorded as DetachedTensors
 // that validation.h reads. So both protocols share one validation, and a
 // request of either becomes the same BatchKey and fuses with the other's.
 //

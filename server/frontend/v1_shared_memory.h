@@ -4,7 +4,7 @@
 // registered through the inference protocol (shm_registry.h).
 //
 // Conv1dService calls AttachSharedInputs after parsing (the region bytes
-// become DetachedTensors entries with Placement kSharedHost, which
+// become DetachedTensors entries with the region's Placement, which
 // validation reads like any other), ResolveSharedOutputs after validation
 // (ranges checked, nothing allocated), and, around Bind*Response,
 // HideSharedOutputs / PlaceSharedOutputs so that the response carries no

@@ -67,7 +67,8 @@ TEST(SharedMemoryRegistry, ResolvedSpansReadAndWriteTheClientsBytes) {
   absl::StatusOr<SharedSpan> span = reg->Resolve("r", 16, 5, "input 'x'");
   ASSERT_TRUE(span.ok()) << span.status();
   EXPECT_EQ(std::memcmp(span->data.get(), "hello", 5), 0);
-  EXPECT_EQ(span->where.kind, MemoryKind::kSharedHost);
+  // No pinner: pageable, so backends stage it like heap memory.
+  EXPECT_EQ(span->where.kind, MemoryKind::kHostHeap);
   EXPECT_EQ(span->where.offset, 16);
   EXPECT_NE(span->where.region, 0u);
   std::memcpy(span->data.get(), "HELLO", 5);
@@ -80,6 +81,55 @@ TEST(SharedMemoryRegistry, ResolvedSpansReadAndWriteTheClientsBytes) {
   EXPECT_EQ((*status)[0].offset, 4196);
   EXPECT_EQ((*status)[0].byte_size, 8000);
   EXPECT_EQ((*status)[0].in_use, 1);
+}
+
+// Records what it pinned; refuses when told to.
+class FakePinner final : public HostMemoryPinner {
+ public:
+  explicit FakePinner(bool works) : works_(works) {}
+  absl::Status Pin(void* data, int64_t bytes) override {
+    if (!works_) return absl::InternalError("no");
+    ++pinned;
+    last_bytes = bytes;
+    return absl::OkStatus();
+  }
+  void Unpin(void*) override { ++unpinned; }
+  int pinned = 0, unpinned = 0;
+  int64_t last_bytes = 0;
+
+ private:
+  const bool works_;
+};
+
+TEST(SharedMemoryRegistry, PinnedRegionsAreSharedHostAndUnpinnedWhenReleased) {
+  ShmObject obj(3 * 4096);
+  auto pinner = std::make_shared<FakePinner>(true);
+  SharedMemoryRegistryOptions options;
+  options.pinner = pinner;
+  auto reg = *SharedMemoryRegistry::Create(options);
+  ASSERT_TRUE(reg->Register("r", obj.key(), 4096, 5000).ok());
+  EXPECT_EQ(pinner->pinned, 1);
+  EXPECT_GE(pinner->last_bytes, 5000);
+  absl::StatusOr<SharedSpan> span = reg->Resolve("r", 0, 8, "x");
+  ASSERT_TRUE(span.ok());
+  EXPECT_EQ(span->where.kind, MemoryKind::kSharedHost);
+  EXPECT_TRUE(span->where.page_locked());
+  EXPECT_TRUE((*reg->Status("r"))[0].page_locked);
+  span->lease.reset();
+  ASSERT_TRUE(reg->Unregister("r").ok());
+  EXPECT_EQ(pinner->unpinned, 0);  // the span still maps it
+  span = absl::UnknownError("released");
+  EXPECT_EQ(pinner->unpinned, 1);
+
+  // A region the pinner refuses still serves, as pageable memory.
+  auto refusing = std::make_shared<FakePinner>(false);
+  options.pinner = refusing;
+  auto reg2 = *SharedMemoryRegistry::Create(options);
+  ASSERT_TRUE(reg2->Register("p", obj.key(), 0, 64).ok());
+  absl::StatusOr<SharedSpan> pageable = reg2->Resolve("p", 0, 8, "x");
+  ASSERT_TRUE(pageable.ok());
+  EXPECT_EQ(pageable->where.kind, MemoryKind::kHostHeap);
+  EXPECT_FALSE(pageable->where.page_locked());
 }
 
 TEST(SharedMemoryRegistry, RangesOutsideTheRegionAreRefusedByName) {
