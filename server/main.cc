@@ -107,6 +107,15 @@ ABSL_FLAG(bool, oip_require_all_inputs, false,
           "required, and ModelConfig marks none optional (for clients such as "
           "perf_analyzer --shared-memory, which refuse optional inputs); false: "
           "only x (and dout, conv_state) are required");
+ABSL_FLAG(int64_t, session_state_bytes, int64_t{256} << 10,
+          "bytes of one decode-session state slot: the largest state "
+          "B*D*(state_len+max_draft_tokens)*sizeof(dtype) a session may hold");
+ABSL_FLAG(int32_t, max_sessions, 256,
+          "decode-session state slots taken at start (the most sessions open at "
+          "once; a full pool answers RESOURCE_EXHAUSTED), 1..1048576");
+ABSL_FLAG(int64_t, session_idle_timeout_s, 300,
+          "seconds after which a decode session with no operation expires "
+          "(sessions of open Decode streams do not); 0 = never");
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM/SIGINT, seconds to finish in-flight requests before "
           "cancelling them and exiting");
@@ -316,6 +325,9 @@ int main(int argc, char** argv) {
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
   options.shared_memory.max_regions = absl::GetFlag(FLAGS_shm_max_regions);
   options.oip_require_all_inputs = absl::GetFlag(FLAGS_oip_require_all_inputs);
+  options.session_state_bytes = absl::GetFlag(FLAGS_session_state_bytes);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.session_idle_timeout_s = absl::GetFlag(FLAGS_session_idle_timeout_s);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
   options.access_log = access_log;
   options.max_connection_age_ms = connection_age_ms[0];

@@ -1,6 +1,7 @@
 #include "server/frontend/conv1d_service.h"
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,8 +44,9 @@ struct ComputeCall {
 }  // namespace
 
 Conv1dService::Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
-                             WeightRegistry* registry, SharedMemoryRegistry* shm,
-                             BackendInfo backend, Observer* observer)
+                             Scheduler* scheduler, WeightRegistry* registry,
+                             SharedMemoryRegistry* shm, BackendInfo backend,
+                             Observer* observer, SessionManager* sessions)
     : options_(options),
       submitter_(submitter),
       registry_(registry),
@@ -55,7 +57,14 @@ Conv1dService::Conv1dService(const ServiceOptions& options, RequestSubmitter* su
                               (options.host_tensors == HostTensors::kAuto &&
                                backend_.host_buffers->page_locked())
                           ? options.host_tensor_min_bytes
-                          : -1) {}
+                          : -1) {
+  if (sessions != nullptr) {
+    sessions_ = std::make_unique<SessionCalls>(sessions, scheduler, registry, options.limits,
+                                               submitter->task_ids());
+  }
+}
+
+Conv1dService::~Conv1dService() = default;
 
 Conv1dService::CallInfo Conv1dService::Begin(const char* method,
                                               grpc::CallbackServerContext* context,
@@ -130,6 +139,13 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
                                               allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
+  if constexpr (std::is_same_v<Request, v1::UpdateRequest>) {
+    if (!call->request.session_id().empty()) {
+      SessionUpdate(reactor, context, info, call->request, &call->response,
+                    &call->request_data, call, response);
+      return reactor;
+    }
+  }
   status = AttachSharedInputs(call->request, shm_, &call->request_data, &call->leases);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   ValidatedCall valid;

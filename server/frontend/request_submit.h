@@ -47,6 +47,10 @@ class RequestSubmitter {
 
   const ValidationLimits& limits() const { return limits_; }
 
+  // The task-id sequence, for callers that build their own tasks (decode
+  // session steps), so that ids stay unique across the server.
+  std::atomic<uint64_t>* task_ids() { return &next_task_id_; }
+
   // The request's size against max_request_bytes; call before allocating
   // its outputs. INVALID_ARGUMENT (reported as kTooLarge) when over.
   absl::Status Admit(const ValidatedCall& call) const;
