@@ -24,6 +24,7 @@
 #include "client/cli/decode_command.h"
 #include "client/conv1d_client.h"
 #include "client/npy.h"
+#include "client/security_flags.h"
 #include "client/verify.h"
 #include "client/workload.h"
 
@@ -274,6 +275,7 @@ int Run(const std::string& command) {
   opts.targets = SplitTargets(absl::GetFlag(FLAGS_target));
   opts.retry.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
   opts.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  opts.security = SecurityFromFlags();
   absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(opts);
   if (!client.ok()) return Fail(client.status());
   Conv1dClient& c = **client;
@@ -342,7 +344,8 @@ int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/cli/");
+    return absl::StrContains(file, "client/cli/") ||
+           absl::StrContains(file, "client/security_flags");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "client/load/load_runner.h"
 #include "client/load/session_load.h"
+#include "client/security_flags.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "Server address, or a comma list of replicas used round-robin.");
@@ -199,6 +200,7 @@ int Main() {
   co.num_channels = channels;
   co.retry.max_attempts = o.max_attempts;
   co.default_timeout = o.timeout;
+  co.security = SecurityFromFlags();
   absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(co);
   if (!client.ok()) return Fail(client.status());
   std::printf("targets: %s, %d channel(s)\n", absl::GetFlag(FLAGS_target).c_str(),
@@ -272,7 +274,8 @@ int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/load/");
+    return absl::StrContains(file, "client/load/") ||
+           absl::StrContains(file, "client/security_flags");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);

@@ -54,6 +54,17 @@ OipService::CallInfo OipService::Begin(const char* method, grpc::ServerContextBa
   call.bytes_received = bytes_received;
   call.request_id = request_ids_.Next(*context);
   observer_->OnRequestStart(method);
+  if (options_.auth != nullptr) {
+    absl::StatusOr<Principal> p = options_.auth->Authenticate(context->client_metadata());
+    if (p.ok()) {
+      call.principal = *std::move(p);
+    } else {
+      call.auth = p.status();
+    }
+  } else {
+    // Without authentication every caller may do everything.
+    call.principal.role = AuthRole::kAdmin;
+  }
   return call;
 }
 
@@ -108,7 +119,8 @@ void OipService::Record(const OipModel* model, int64_t batch, const absl::Status
 void OipService::StartInfer(grpc::CallbackServerContext* context,
                             const inference::ModelInferRequest* request,
                             inference::ModelInferResponse* response,
-                            const RawBuffers* raw_in, RawBuffers* raw_out,
+                            const Principal& principal, const RawBuffers* raw_in,
+                            RawBuffers* raw_out,
                             std::shared_ptr<const void> request_owner,
                             std::shared_ptr<OipInferCall>* call_out, InferDone done) {
   const absl::Time start = absl::Now();
@@ -119,6 +131,9 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
                       options_.require_all_inputs, call.get());
   if (!status.ok()) {
     observer_->OnRejected(RejectReason::kInvalid);
+  } else if (call->valid.weights != nullptr &&
+             !(status = MayUseWeights(principal, *call->valid.weights)).ok()) {
+    // PERMISSION_DENIED naming the set.
   } else {
     status = submitter_->Admit(call->valid);
   }
@@ -195,6 +210,10 @@ grpc::ServerUnaryReactor* OipService::ModelInfer(Ctx* context, const grpc::ByteB
     AddRetryHint(status, context);
     reactor->Finish(ToGrpcStatus(status));
   };
+  if (!info.auth.ok()) {
+    finish(info.auth);
+    return reactor;
+  }
   absl::Status status = ParseInferRequest(*request, options_.host_tensor_min_bytes, allocate,
                                           &unary->request, &unary->raw_in);
   if (!status.ok()) {
@@ -202,7 +221,8 @@ grpc::ServerUnaryReactor* OipService::ModelInfer(Ctx* context, const grpc::ByteB
     finish(status);
     return reactor;
   }
-  StartInfer(context, &unary->request, &unary->response, &unary->raw_in, &unary->raw_out,
+  StartInfer(context, &unary->request, &unary->response, info.principal, &unary->raw_in,
+             &unary->raw_out,
              unary, &unary->call, std::move(finish));
   return reactor;
 }
@@ -213,7 +233,7 @@ grpc::ServerUnaryReactor* OipService::Inline(const char* method, Ctx* context,
                                              Handle handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   CallInfo info = Begin(method, context, static_cast<int64_t>(request->ByteSizeLong()));
-  absl::Status status = handle(*request, response);
+  absl::Status status = info.auth.ok() ? handle(*request, response) : info.auth;
   if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
   Report(context, info, status,
          status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0, nullptr);

@@ -52,6 +52,7 @@
 #include "server/core/shm_registry.h"
 #include "server/core/task.h"
 #include "server/core/weight_registry.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/oip_request.h"
 #include "server/frontend/request_log.h"
 #include "server/frontend/request_submit.h"
@@ -70,6 +71,10 @@ struct OipServiceOptions {
   // in host buffers from BackendInfo::host_buffers rather than protobuf
   // strings; -1: never (ServiceOptions::host_tensor_min_bytes in effect).
   int64_t host_tensor_min_bytes = -1;
+  // Bearer-token authentication (auth.h), as for conv1d.v1: every call
+  // needs a valid token (UNAUTHENTICATED otherwise) and a weights_name must
+  // be a set the principal may use. Null: none.
+  std::shared_ptr<const Authenticator> auth;
   // ServerReady / ModelReady; empty: always ready.
   std::function<bool()> ready;
   // Every input of a model is required (weights_name is then refused) and
@@ -143,7 +148,8 @@ class OipService final : public OipServiceBase {
   // (oip_wire.h), owned by `request_owner`.
   void StartInfer(grpc::CallbackServerContext* context,
                   const inference::ModelInferRequest* request,
-                  inference::ModelInferResponse* response, const RawBuffers* raw_in,
+                  inference::ModelInferResponse* response, const Principal& principal,
+                  const RawBuffers* raw_in,
                   RawBuffers* raw_out, std::shared_ptr<const void> request_owner,
                   std::shared_ptr<OipInferCall>* call, InferDone done);
 
@@ -154,6 +160,8 @@ class OipService final : public OipServiceBase {
     absl::Time start;
     int64_t bytes_received = 0;
     std::string request_id;
+    Principal principal;
+    absl::Status auth;  // UNAUTHENTICATED when the token did not check out
   };
   CallInfo Begin(const char* method, grpc::ServerContextBase* context,
                  int64_t bytes_received);

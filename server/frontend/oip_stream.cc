@@ -47,8 +47,13 @@ class OipService::Stream final
     StartRead(&request_);
     item->info = service_->Begin("ModelStreamInfer", context_,
                                  static_cast<int64_t>(item->request.ByteSizeLong()));
+    if (!item->info.auth.ok()) {
+      Answer(item, item->info.auth);
+      return;
+    }
     inference::ModelInferResponse* response = item->answer.mutable_infer_response();
-    service_->StartInfer(context_, &item->request, response, nullptr, nullptr, item,
+    service_->StartInfer(context_, &item->request, response, item->info.principal, nullptr,
+                         nullptr, item,
                          &item->call,
                          [this, item](const absl::Status& status) { Answer(item, status); });
   }

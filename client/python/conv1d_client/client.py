@@ -22,6 +22,30 @@ _LAYOUTS = {"cf": pb.LAYOUT_CHANNEL_FIRST, "cl": pb.LAYOUT_CHANNEL_LAST}
 _ACTIVATIONS = {"none": pb.ACTIVATION_NONE, "silu": pb.ACTIVATION_SILU}
 
 
+class _BearerToken(grpc.UnaryUnaryClientInterceptor):
+    """Adds ``authorization: Bearer <token>`` to every unary call."""
+
+    def __init__(self, token):
+        self._metadata = ("authorization", f"Bearer {token}")
+
+    def intercept_unary_unary(self, continuation, details, request):
+        metadata = list(details.metadata or ())
+        metadata.append(self._metadata)
+        details = _CallDetails(details.method, details.timeout, metadata,
+                               details.credentials, details.wait_for_ready,
+                               details.compression)
+        return continuation(details, request)
+
+
+class _CallDetails(
+        collections.namedtuple(
+            "_CallDetails",
+            ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+             "compression")),
+        grpc.ClientCallDetails):
+    pass
+
+
 class Client:
     """A connection to one conv1d_server.
 
@@ -31,13 +55,46 @@ class Client:
     Calls retry UNAVAILABLE / RESOURCE_EXHAUSTED with exponential backoff and
     jitter (the server's grpc-retry-pushback-ms trailer wins) within one
     deadline of ``timeout_s``. Thread-safe, as grpc channels are.
+
+    Security (docs/security.md): ``tls_ca`` (PEM file of the CA that signed
+    the server's certificate) switches to TLS; ``tls_cert`` and ``tls_key``
+    add a client certificate for mutual TLS. ``token`` (or ``token_file``,
+    whose first line is the token) is sent as ``authorization: Bearer`` on
+    every call, over TLS or plaintext.
     """
 
     def __init__(self, target="localhost:50051", timeout_s=60.0,
-                 max_attempts=4, max_message_bytes=1 << 30):
+                 max_attempts=4, max_message_bytes=1 << 30, *, tls_ca=None,
+                 tls_cert=None, tls_key=None, token=None, token_file=None):
         opts = [("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes)]
-        self._channel = grpc.insecure_channel(target, options=opts)
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("tls_cert and tls_key go together")
+        if tls_cert and not tls_ca:
+            raise ValueError("tls_cert needs tls_ca")
+        if token and token_file:
+            raise ValueError("give token or token_file, not both")
+        if tls_ca:
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=read(tls_ca),
+                private_key=read(tls_key) if tls_key else None,
+                certificate_chain=read(tls_cert) if tls_cert else None)
+            self._channel = grpc.secure_channel(target, creds, options=opts)
+        else:
+            self._channel = grpc.insecure_channel(target, options=opts)
+        if token_file:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.readline().strip()
+            if not token:
+                raise ValueError(f"token_file {token_file}: first line is empty")
+        if token:
+            # An interceptor rather than call credentials: gRPC sends call
+            # credentials over TLS only, and a token over a loopback or
+            # sidecar-encrypted plaintext hop is a supported setup.
+            self._channel = grpc.intercept_channel(self._channel, _BearerToken(token))
         self._stub = pb_grpc.Conv1dStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self.timeout_s = timeout_s
