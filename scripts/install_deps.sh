@@ -24,7 +24,7 @@ if [[ $want_test == 1 ]]; then
   pkgs+=(
     libgtest-dev libgmock-dev
     python3 python3-grpcio python3-protobuf python3-numpy python3-yaml
-    python3-venv          # the Python package test pip-installs into fresh venvs
+    python3-venv          # fresh venvs: the Python package test, build/venv-oip (tritonclient, perf_analyzer)
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
     yamllint shellcheck
@@ -49,14 +49,20 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
-
-echo "install_deps.sh: installing ${missing[*]}" >&2
-sudo_cmd=()
-if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "install_deps.sh: need root or sudo to install packages" >&2; exit 1; }
-  sudo_cmd=(sudo)
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "install_deps.sh: installing ${missing[*]}" >&2
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "install_deps.sh: need root or sudo to install packages" >&2; exit 1; }
+    sudo_cmd=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The inference-protocol tests use Triton's own client and load generator
+# from PyPI, in a virtual environment of their own.
+if [[ $want_test == 1 ]]; then
+  "$(dirname "$0")/install_oip_tools.sh"
+fi

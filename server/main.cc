@@ -129,6 +129,14 @@ ABSL_FLAG(int64_t, max_request_bytes, 0,
           "0 = --max_message_bytes");
 ABSL_FLAG(int64_t, max_weight_bytes, int64_t{16} << 30,
           "total bytes of registered weight sets");
+ABSL_FLAG(int32_t, shm_max_regions, 1024,
+          "system shared-memory regions registered at once (inference "
+          "protocol SystemSharedMemoryRegister), 1..65536");
+ABSL_FLAG(bool, oip_require_all_inputs, false,
+          "inference protocol: every input of a model (weight, bias, states) is "
+          "required, and ModelConfig marks none optional (for clients such as "
+          "perf_analyzer --shared-memory, which refuse optional inputs); false: "
+          "only x (and dout, conv_state) are required");
 ABSL_FLAG(int64_t, session_state_bytes, int64_t{256} << 10,
           "bytes of one decode-session state slot: the largest state "
           "B*D*(state_len+max_draft_tokens)*sizeof(dtype) a session may hold");
@@ -347,6 +355,8 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  options.shared_memory.max_regions = absl::GetFlag(FLAGS_shm_max_regions);
+  options.oip_require_all_inputs = absl::GetFlag(FLAGS_oip_require_all_inputs);
   options.session_state_bytes = absl::GetFlag(FLAGS_session_state_bytes);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.session_idle_timeout_s = absl::GetFlag(FLAGS_session_idle_timeout_s);

@@ -1,9 +1,9 @@
 #include "server/frontend/conv1d_service.h"
 
-#include <chrono>
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/optional.h"
@@ -12,17 +12,10 @@
 #include "server/core/segment_check.h"
 #include "server/core/task.h"
 #include "server/frontend/status_mapping.h"
+#include "server/frontend/v1_shared_memory.h"
 
 namespace conv1d {
 namespace {
-
-absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
-  const std::chrono::system_clock::time_point tp = context.deadline();
-  if (tp == std::chrono::system_clock::time_point::max()) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(tp);
-}
 
 void FillInfo(const WeightSet& set, v1::WeightsInfo* info) {
   info->set_name(set.name);
@@ -49,16 +42,21 @@ struct ComputeCall {
   DetachedTensors request_data;
   DetachedTensors response_data;
   std::shared_ptr<const WeightSet> weights;
+  std::vector<SharedOutput> shared_outputs;
+  // Regions in use (shm_registry.h): released before the client is answered.
+  std::vector<std::shared_ptr<void>> leases;
 };
 
 }  // namespace
 
-Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
-                             WeightRegistry* registry, BackendInfo backend,
+Conv1dService::Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
+                             Scheduler* scheduler, WeightRegistry* registry,
+                             SharedMemoryRegistry* shm, BackendInfo backend,
                              Observer* observer, SessionManager* sessions)
     : options_(options),
-      scheduler_(scheduler),
+      submitter_(submitter),
       registry_(registry),
+      shm_(shm),
       backend_(std::move(backend)),
       observer_(observer),
       host_min_bytes_(options.host_tensors == HostTensors::kAlways ||
@@ -68,7 +66,7 @@ Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler
                           : -1) {
   if (sessions != nullptr) {
     sessions_ = std::make_unique<SessionCalls>(sessions, scheduler, registry, options.limits,
-                                               backend_.limits, &next_task_id_);
+                                               backend_.limits, submitter->task_ids());
   }
 }
 
@@ -153,13 +151,14 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     Finish(reactor, context, info, nullptr, response, auth_status, /*retry_hint=*/false);
     return reactor;
   }
+  auto call = std::make_shared<ComputeCall<Request, Response>>();
   auto fail = [&](RejectReason reason, const absl::Status& status) {
     observer_->OnRejected(reason);
+    call->leases.clear();
     Finish(reactor, context, info, nullptr, response, status);
     return reactor;
   };
 
-  auto call = std::make_shared<ComputeCall<Request, Response>>();
   const HostAllocator allocate = [buffers = backend_.host_buffers.get()](int64_t bytes) {
     return buffers->Allocate(bytes);
   };
@@ -174,19 +173,29 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
       return reactor;
     }
   }
+  status = AttachSharedInputs(call->request, shm_, &call->request_data, &call->leases);
+  if (!status.ok()) return fail(RejectReason::kInvalid, status);
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
+  status = ResolveSharedOutputs(call->request, shm_, &valid, &call->shared_outputs,
+                                &call->leases);
+  if (!status.ok()) return fail(RejectReason::kInvalid, status);
   if (valid.weights != nullptr) {
     status = MayUseWeights(info.principal, *valid.weights);
     if (!status.ok()) {
+      call->leases.clear();
       Finish(reactor, context, info, nullptr, response, status, /*retry_hint=*/false);
       return reactor;
     }
   }
-  status = CheckRequestSize(valid, options_.limits);
-  if (!status.ok()) return fail(RejectReason::kTooLarge, status);
+  status = submitter_->Admit(valid);
+  if (!status.ok()) {
+    call->leases.clear();
+    Finish(reactor, context, info, nullptr, response, status);
+    return reactor;
+  }
 
   // The only request-sized allocation: the response's output bytes, within
   // the limit just checked. Backends check the bound outputs too.
@@ -194,36 +203,25 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   outputs.min_bytes = host_min_bytes_;
   outputs.allocate = allocate;
   outputs.detached = &call->response_data;
+  HideSharedOutputs(&call->shared_outputs);
   bind(&valid, &call->response, &outputs);
-  status = CheckServable(backend_.limits, valid.key, valid.segment);
-  if (!status.ok()) {
-    // A malformed segment counts as invalid input; anything else (beyond
-    // the backend's capacity) as too large for this server.
-    return fail(absl::IsInvalidArgument(status) ? RejectReason::kInvalid
-                                                : RejectReason::kTooLarge,
-                status);
-  }
-
-  auto task = std::make_unique<Task>();
-  task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
-  task->key = valid.key;
-  task->segment = std::move(valid.segment);
-  task->deadline = DeadlineOf(*context);
-  task->cancelled = [context] { return context->IsCancelled(); };
-  call->weights = std::move(valid.weights);
-  // The task (and so `call`) lives until on_done has returned.
+  PlaceSharedOutputs(&call->shared_outputs, &call->response);
+  call->weights = valid.weights;
+  // The task (and so `call`) lives until on_done has returned; `call` is
+  // held here too, so that a refused request can still be logged.
   const Response* message = &call->response;
   const DetachedTensors* response_data = &call->response_data;
-  task->keepalive = std::move(call);
-  task->on_done = [this, reactor, context, info, message, response, response_data](
-                      const absl::Status& done, const TaskTimings&) {
-    Finish(reactor, context, info, message, response, done, /*retry_hint=*/true,
-           response_data);
-  };
-  status = scheduler_->Submit(&task);
+  std::vector<std::shared_ptr<void>>* leases = &call->leases;
+  status = submitter_->Submit(
+      &valid, call, DeadlineOf(*context), [context] { return context->IsCancelled(); },
+      [this, reactor, context, info, message, response, response_data, leases](
+          const absl::Status& done, const TaskTimings&) {
+        leases->clear();
+        Finish(reactor, context, info, message, response, done, /*retry_hint=*/true,
+               response_data);
+      });
   if (!status.ok()) {
-    // Still ours (and so is `call`): on_done will not run. The scheduler has
-    // already reported the rejection (queue full, draining) to the observer.
+    call->leases.clear();
     Finish(reactor, context, info, nullptr, response, status);
   }
   return reactor;

@@ -36,9 +36,17 @@
 // limit or beyond the backend's limits (BackendInfo, read at start-up; the
 // scheduler reports its own rejections).
 //
+// Tensors may name a place in a registered system shared-memory region
+// instead of carrying bytes (Tensor.shared_memory, output_shared_memory):
+// they are read and written there (Placement kSharedHost for page-locked
+// regions, shm_registry.h).
+//
+// Compute calls reach the scheduler through a RequestSubmitter
+// (request_submit.h), the path the Open Inference Protocol frontend shares.
+//
 // Thread-safety: handlers run concurrently on gRPC's threads; the service
-// holds no mutable state besides atomic task and request-id counters. The
-// scheduler, registry, backend and observer are not owned and must outlive
+// holds no mutable state besides an atomic request-id counter. The
+// submitter, registry, backend and observer are not owned and must outlive
 // the grpc::Server the service is registered with.
 #ifndef CONV1D_SERVER_FRONTEND_CONV1D_SERVICE_H_
 #define CONV1D_SERVER_FRONTEND_CONV1D_SERVICE_H_
@@ -54,11 +62,12 @@
 #include "grpcpp/grpcpp.h"
 #include "server/core/backend.h"
 #include "server/core/observer.h"
-#include "server/core/scheduler.h"
+#include "server/core/shm_registry.h"
 #include "server/core/weight_registry.h"
 #include "server/core/session_manager.h"
 #include "server/frontend/auth.h"
 #include "server/frontend/request_log.h"
+#include "server/frontend/request_submit.h"
 #include "server/frontend/session_calls.h"
 #include "server/frontend/validation.h"
 #include "server/logging/access_log.h"
@@ -99,11 +108,14 @@ using RawConv1dService = v1::Conv1d::WithRawCallbackMethod_Forward<
 class Conv1dService final : public RawConv1dService {
  public:
   // REQUIRES: every pointer non-null and outliving the service, except
-  // `sessions`: null when the backend serves no decode sessions (the
-  // session RPCs then answer UNIMPLEMENTED).
-  Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
-                WeightRegistry* registry, BackendInfo backend, Observer* observer,
-                SessionManager* sessions = nullptr);
+  // `shm` (null: no region can be named), which resolves the tensors that
+  // name a registered shared-memory region (v1_shared_memory.h), and
+  // `sessions`: null when the backend serves no decode sessions (the session
+  // RPCs then answer UNIMPLEMENTED). Session steps go to `scheduler` with
+  // task ids from `submitter`.
+  Conv1dService(const ServiceOptions& options, RequestSubmitter* submitter,
+                Scheduler* scheduler, WeightRegistry* registry, SharedMemoryRegistry* shm,
+                BackendInfo backend, Observer* observer, SessionManager* sessions = nullptr);
   ~Conv1dService() override;
 
   // Drain: every open Decode stream gets its session's state and ends with
@@ -219,13 +231,13 @@ class Conv1dService final : public RawConv1dService {
                                         grpc::ByteBuffer* response, Handle handle);
 
   const ServiceOptions options_;
-  Scheduler* const scheduler_;
+  RequestSubmitter* const submitter_;
   WeightRegistry* const registry_;
+  SharedMemoryRegistry* const shm_;
   const BackendInfo backend_;
   Observer* const observer_;
   // The host_tensor_min_bytes in effect: -1 when host_tensors rules it out.
   const int64_t host_min_bytes_;
-  std::atomic<uint64_t> next_task_id_{1};
   RequestIds request_ids_;
   // Null when the backend serves no sessions.
   std::unique_ptr<SessionCalls> sessions_;

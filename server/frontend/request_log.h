@@ -11,7 +11,7 @@
 // It is formatted only when the server's logger is at debug or below, so at
 // the default level a call costs one level check.
 //
-// Used by Conv1dService only.
+// Used by Conv1dService and OipService.
 //
 // Thread-safety: RequestIds::Next and the free functions may be called
 // concurrently from any thread; they never block (the access log queues).

@@ -10,6 +10,8 @@
 #include "server/core/clock.h"
 #include "server/frontend/conv1d_service.h"
 #include "server/frontend/listen_address.h"
+#include "server/frontend/oip_service.h"
+#include "server/frontend/request_submit.h"
 #include "server/metrics/prometheus_observer.h"
 #include "spdlog/spdlog.h"
 
@@ -24,6 +26,7 @@ namespace conv1d {
 namespace {
 
 constexpr char kServiceName[] = "conv1d.v1.Conv1d";
+constexpr char kOipServiceName[] = "inference.GRPCInferenceService";
 
 absl::Status CheckOptions(const ServerOptions& o) {
   if (absl::Status s = CheckListenAddress("listen", o.listen_address); !s.ok()) return s;
@@ -174,9 +177,37 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
                                                  ? options.max_request_bytes
                                                  : options.max_message_bytes;
+  absl::StatusOr<std::unique_ptr<SharedMemoryRegistry>> shm =
+      SharedMemoryRegistry::Create(options.shared_memory);
+  if (!shm.ok()) return shm.status();
+  server->shm_registry_ = std::move(*shm);
+  // Both protocols submit through one submitter: one admission, one task-id
+  // sequence, one scheduler.
+  const BackendInfo backend_info = BackendInfo::Of(*server->backend_);
+  server->submitter_ = std::make_unique<RequestSubmitter>(
+      service_options.limits, backend_info.limits, server->scheduler_.get(),
+      server->observer_);
   server->service_ = std::make_unique<Conv1dService>(
-      service_options, server->scheduler_.get(), server->registry_.get(),
-      BackendInfo::Of(*server->backend_), server->observer_, server->session_manager_.get());
+      service_options, server->submitter_.get(), server->scheduler_.get(),
+      server->registry_.get(), server->shm_registry_.get(), backend_info, server->observer_,
+      server->session_manager_.get());
+  OipServiceOptions oip_options;
+  oip_options.version = service_options.version;
+  oip_options.access_log = options.access_log;
+  oip_options.max_queue_delay_us = options.scheduler.max_queue_delay_us;
+  oip_options.ready = [s = server.get()] { return s->serving(); };
+  oip_options.require_all_inputs = options.oip_require_all_inputs;
+  oip_options.auth = service_options.auth;
+  // The same rule as Conv1dService's for tensors in host buffers.
+  oip_options.host_tensor_min_bytes =
+      options.host_tensors == HostTensors::kAlways ||
+              (options.host_tensors == HostTensors::kAuto &&
+               backend_info.host_buffers->page_locked())
+          ? options.host_tensor_min_bytes
+          : -1;
+  server->oip_service_ = std::make_unique<OipService>(
+      std::move(oip_options), server->submitter_.get(), server->registry_.get(),
+      server->shm_registry_.get(), backend_info, server->observer_);
 
   // Both are process-wide switches read by the next BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);
@@ -200,6 +231,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                                static_cast<int>(options.max_connection_age_grace_ms));
   }
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->oip_service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->bound_port_ == 0) {
     if (server->grpc_server_ != nullptr) server->grpc_server_->Shutdown();
@@ -241,6 +273,7 @@ void Server::SetServing(bool serving) {
   if (health != nullptr) {
     health->SetServingStatus("", serving);
     health->SetServingStatus(kServiceName, serving);
+    health->SetServingStatus(kOipServiceName, serving);
   }
   observer_->OnServingChanged(serving);
 }

@@ -1,6 +1,7 @@
-// Server: one running conv1d service — backend, weight registry, scheduler,
-// metrics observer and the gRPC server (Conv1d service, grpc.health.v1,
-// server reflection) — assembled from ServerOptions.
+// Server: one running conv1d service — backend, weight registry, shared-memory
+// registry, scheduler, metrics observer and the gRPC server (the conv1d.v1
+// Conv1d service, the Open Inference Protocol's GRPCInferenceService,
+// grpc.health.v1, server reflection) — assembled from ServerOptions.
 //
 // Used by the conv1d_server binary (server/main.cc) and by the end-to-end
 // tests, which run it in-process on 127.0.0.1:0 and read bound_port().
@@ -32,6 +33,7 @@
 #include "server/core/observer.h"
 #include "server/core/clock.h"
 #include "server/core/scheduler.h"
+#include "server/core/shm_registry.h"
 #include "server/core/session_manager.h"
 #include "server/core/state_slots.h"
 #include "server/core/weight_registry.h"
@@ -44,6 +46,8 @@
 namespace conv1d {
 
 class Conv1dService;
+class OipService;
+class RequestSubmitter;
 
 inline constexpr int64_t kMinMessageBytes = int64_t{256} << 20;
 inline constexpr int64_t kMaxMessageBytes = 0x7fffffff;  // gRPC's int limit
@@ -81,6 +85,10 @@ struct ServerOptions {
   int64_t max_request_bytes = 0;
   // Sum of registered weight bytes.
   int64_t max_weight_bytes = int64_t{16} << 30;
+  // Registered system shared-memory regions (shm_registry.h).
+  SharedMemoryRegistryOptions shared_memory;
+  // Inference protocol: every model input is required (OipServiceOptions).
+  bool oip_require_all_inputs = false;
   // Compute-request tensors (and outputs) of at least this many bytes live in
   // the backend's host buffers instead of protobuf strings, for backends
   // whose buffers are page-locked (kAuto), any backend (kAlways) or none
@@ -144,6 +152,7 @@ class Server {
   const Backend& backend() const { return *backend_; }
   std::vector<std::string> devices() const { return backend_->devices(); }
   WeightRegistry* registry() { return registry_.get(); }
+  SharedMemoryRegistry* shared_memory() { return shm_registry_.get(); }
   // Null when the backend serves no sessions.
   SessionManager* sessions() { return session_manager_.get(); }
   SchedulerStats scheduler_stats() const { return scheduler_->stats(); }
@@ -169,11 +178,14 @@ class Server {
   Observer* observer_ = nullptr;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<WeightRegistry> registry_;
+  std::unique_ptr<SharedMemoryRegistry> shm_registry_;
   // Session steps in the scheduler use both: they outlive it.
   std::unique_ptr<StateSlots> state_slots_;
   std::unique_ptr<SessionManager> session_manager_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<RequestSubmitter> submitter_;
   std::unique_ptr<Conv1dService> service_;
+  std::unique_ptr<OipService> oip_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   // Polls Backend::Health() and turns health NOT_SERVING (sticky) when the
   // backend can no longer serve, e.g. after an unrecoverable device error.

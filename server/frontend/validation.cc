@@ -96,7 +96,7 @@ absl::Status CheckTensor(const v1::Tensor& t, absl::string_view field,
   if (moved != nullptr) {
     view->data = moved->buffer.get();
     view->owner = moved->buffer;
-    view->where.kind = moved->kind;
+    view->where = moved->where;
   } else {
     view->data = t.data().data();
     view->owner = nullptr;  // the request outlives the task (see conv1d_service)
@@ -178,7 +178,8 @@ absl::Status OptionalStateIn(bool present, const v1::Tensor& t, absl::string_vie
 template <typename Request>
 absl::Status ResolveWeights(const Request& request, const Activations& x,
                             const WeightRegistry& registry,
-                            const ValidationLimits& limits, ValidatedCall* call) {
+                            const ValidationLimits& limits,
+                            const DetachedTensors* detached, ValidatedCall* call) {
   BatchKey& key = call->key;
   ConvSegment& seg = call->segment;
   if (request.weights_case() == Request::kWeightsName) {
@@ -220,7 +221,7 @@ absl::Status ResolveWeights(const Request& request, const Activations& x,
   const v1::InlineWeights& w = request.inline_weights();
   if (!w.has_weight()) return InvalidArgumentError("inline_weights.weight is missing");
   absl::Status s = CheckTensor(w.weight(), "inline_weights.weight", 2, "[D, W]",
-                               false, &seg.weight);
+                               false, &seg.weight, detached);
   if (!s.ok()) return s;
   if (s = ExpectDim("inline_weights.weight", 0, seg.weight.shape[0], x.dim, "D of x");
       !s.ok()) {
@@ -234,7 +235,8 @@ absl::Status ResolveWeights(const Request& request, const Activations& x,
   key.weight_dtype = seg.weight.dtype;
   key.width = static_cast<int32_t>(width);
   if (w.has_bias()) {
-    s = CheckTensor(w.bias(), "inline_weights.bias", 1, "[D]", false, &seg.bias);
+    s = CheckTensor(w.bias(), "inline_weights.bias", 1, "[D]", false, &seg.bias,
+                    detached);
     if (!s.ok()) return s;
     if (s = ExpectDType("inline_weights.bias", seg.bias.dtype, seg.weight.dtype,
                         "the weight's dtype");
@@ -299,7 +301,7 @@ absl::Status ValidateCommon(const Request& request, Op op,
   call->segment.batch = x->batch;
   call->segment.seqlen = x->seqlen;
   call->segment.x = x->view;
-  return ResolveWeights(request, *x, registry, limits, call);
+  return ResolveWeights(request, *x, registry, limits, detached, call);
 }
 
 void Accumulate(ValidatedCall* call) {

@@ -1,11 +1,12 @@
 // Validation of the wire requests of conv1d.v1 and their translation into the
 // core's BatchKey and ConvSegment (DESIGN §3, step 1).
 //
-// Used by the gRPC handlers (conv1d_service.cc) and by tests. Validation reads
-// only the request's fields and sizes, never allocates anything sized by the
-// request, and builds input views that point INTO the received message, or
-// into the host buffers its large tensors were received in (wire_tensors.h;
-// no copies). Only after a request is valid does Bind*Response size the
+// Used by the gRPC handlers (conv1d_service.cc, and oip_request.cc, which
+// translates inference-protocol requests into these messages) and by tests.
+// Validation reads only the request's fields and sizes, never allocates
+// anything sized by the request, and builds input views that point INTO the
+// received message, or into the host buffers or shared-memory regions its
+// tensors' bytes are in (wire_tensors.h; no copies). Only after a request is valid does Bind*Response size the
 // response's bytes fields or output buffers (the one request-sized
 // allocation) and point the segment's outputs into them.
 //

@@ -154,7 +154,12 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
 }  // namespace
 
 void DetachedTensors::Add(const v1::Tensor* tensor, HostBuffer buffer, int64_t bytes) {
-  entries_.push_back(Entry{tensor, std::move(buffer.data), bytes, buffer.kind});
+  entries_.push_back(Entry{tensor, std::move(buffer.data), bytes, Placement{buffer.kind}});
+}
+
+void DetachedTensors::Add(const v1::Tensor* tensor, std::shared_ptr<void> data,
+                          int64_t bytes, Placement where) {
+  entries_.push_back(Entry{tensor, std::move(data), bytes, where});
 }
 
 const DetachedTensors::Entry* DetachedTensors::Find(const v1::Tensor* tensor) const {

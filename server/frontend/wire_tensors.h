@@ -51,11 +51,16 @@ class DetachedTensors {
     const v1::Tensor* tensor = nullptr;  // the message whose data this is
     std::shared_ptr<void> buffer;
     int64_t bytes = 0;
-    MemoryKind kind = MemoryKind::kHostHeap;
+    // Where `buffer` is: the heap, the backend's host pool, a client's
+    // shared-memory region (views built from the entry carry it).
+    Placement where;
   };
 
-  // REQUIRES: `tensor` has no entry yet and its own `data` is empty.
+  // REQUIRES (both): `tensor` has no entry yet and its own `data` is empty.
   void Add(const v1::Tensor* tensor, HostBuffer buffer, int64_t bytes);
+  // Bytes elsewhere than a host buffer (a shared-memory region).
+  void Add(const v1::Tensor* tensor, std::shared_ptr<void> data, int64_t bytes,
+           Placement where);
   // The entry of `tensor`, or null when its data is its own.
   const Entry* Find(const v1::Tensor* tensor) const;
   bool empty() const { return entries_.empty(); }

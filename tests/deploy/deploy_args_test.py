@@ -10,6 +10,7 @@ binary does not know would still pass them and then stop every pod at start
     each overlay (without kubectl: base/deployment.yaml as written),
   - the CMD of every Dockerfile (ENTRYPOINT conv1d_server),
   - the compose stack's `command` (${VAR:-default} taken at its default),
+  - the KServe InferenceService's predictor container (deploy/kserve),
 
 with only what cannot work on a test host changed: --listen and
 --metrics_listen become 127.0.0.1:0, and --backend=auto|gpu becomes cpu (a
@@ -34,6 +35,7 @@ from check_deploy import dockerfile_instructions, load_yaml_docs  # noqa: E402
 DOCKERFILES = ("Dockerfile", "deploy/docker/Dockerfile.cpu", "deploy/docker/Dockerfile.cuda")
 K8S_DIRS = ("deploy/k8s/base", "deploy/k8s/overlays/rocm", "deploy/k8s/overlays/cuda")
 COMPOSE = "deploy/compose.yaml"
+KSERVE = "deploy/kserve/inferenceservice.yaml"
 START_TIMEOUT_S = 30
 PORT_RE = re.compile(r"grpc=\S+ \(port (\d+)\)")
 
@@ -93,6 +95,14 @@ def compose_args(src):
         return re.sub(r"\$\{\w+:?-([^}]*)\}", r"\1", s)
 
     return {f"{COMPOSE} services.conv1d.command": [interpolate(a) for a in cmd]}
+
+
+def kserve_args(src):
+    """{source: args} of the predictor container of the KServe manifest."""
+    import yaml
+    doc = yaml.safe_load(open(os.path.join(src, KSERVE)))
+    c = doc["spec"]["predictor"]["containers"][0]
+    return {f"{KSERVE} ({c['name']})": list(c.get("args", []))}
 
 
 # ----------------------------------------------------------------- running
@@ -175,7 +185,7 @@ def main():
     failures = []
     sources = {}
     for collect in (lambda: k8s_args(a.source, a.kubectl), lambda: dockerfile_args(a.source),
-                    lambda: compose_args(a.source)):
+                    lambda: compose_args(a.source), lambda: kserve_args(a.source)):
         try:
             sources.update(collect())
         except Exception as e:  # a file that cannot be read is a failure too
