@@ -11,6 +11,7 @@ namespace conv1d::kernels {
 namespace {
 
 using namespace dev;
+using detail::WidthSwitch;
 using detail::kClCols;
 using detail::kClRows;
 using detail::kTeam;
@@ -29,7 +30,7 @@ template <class T, int N, int W>
 __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
-  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
+  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
   const int V = seg.per_lane;
@@ -202,7 +203,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
                                             int64_t local, int lane, int64_t row_in = 0,
                                             int64_t chunk_in = 0) {
   using S = typename T::S;
-  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
+  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
   constexpr int kH = W - 1;
   constexpr bool kFullTile = kFull != 0;
   static_assert(N >= kH, "vector path needs N >= W-1");
@@ -914,7 +915,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
 // a plain butterfly step.
 template <int kIn, int kOut>
 __device__ __forceinline__ void scatter_level(const float (&in)[kIn], float (&out)[kOut], int bit, int m) {
-  static_assert(kOut == (kIn + 1) / 2 || (kIn == 1 && kOut == 1), "halves");
+  static_assert(kOut == (kIn + 1) / 2, "halves");
   if constexpr (kIn == 1) {
     out[0] = in[0] + gpu_shfl_xor(in[0], m, kTeam);
   } else {
@@ -924,6 +925,47 @@ __device__ __forceinline__ void scatter_level(const float (&in)[kIn], float (&ou
       const float hi = kOut + i < kIn ? in[kOut + i < kIn ? kOut + i : 0] : 0.0f;
       const float got = gpu_shfl_xor(bit ? lo : hi, m, kTeam);
       out[i] = (bit ? hi : lo) + got;
+    }
+  }
+}
+
+// The W + 1 sums (dweight, dbias) of a short row over its lpr lanes (xor
+// masks below lpr stay inside the row's lane group; lpr a power of two >=
+// 4), in a fixed order. A reduce-scatter: at masks 1, 2 and 4 each lane
+// pair splits the values it holds, so a lane ends with ceil((W + 1) / 8)
+// of them (lpr = 4: ceil((W + 1) / 4)), chosen by its low lane bits; plain
+// butterflies over the higher masks do the rest. Calls put(k, sum k) once
+// per k in the row, from the lanes 0..7 of the row's group that hold it.
+template <int W, class Put>
+__device__ __forceinline__ void row_sums_scatter(const float (&dws)[W + 1], int lane, int lpr,
+                                                 Put&& put) {
+  constexpr int kN1 = (W + 2) / 2;    // values held after mask 1
+  constexpr int kN2 = (kN1 + 1) / 2;  // after mask 2
+  constexpr int kN3 = (kN2 + 1) / 2;  // after mask 4
+  const int b0 = lane & 1, b1 = (lane >> 1) & 1, b2 = (lane >> 2) & 1;
+  const bool first8 = (lane & (lpr - 1)) < 8;
+  float h1[kN1], h2[kN2], h3[kN3];
+  scatter_level<W + 1, kN1>(dws, h1, b0, 1);
+  scatter_level<kN1, kN2>(h1, h2, b1, 2);
+  const int kb = b0 ? kN1 : 0;              // h1[j] holds sum kb + j ..
+  const int cnt = b0 ? W + 1 - kN1 : kN1;  // .. for j < cnt (zeros after)
+  const int j = b1 ? kN2 : 0;               // h2[i] is h1[j + i]
+  auto emit = [&](int jj, float v) {
+    if (first8 && jj < cnt) put(kb + jj, v);
+  };
+  if (lpr == 4) {
+#pragma unroll
+    for (int i = 0; i < kN2; ++i) emit(j + i, h2[i]);
+  } else {
+    scatter_level<kN2, kN3>(h2, h3, b2, 4);
+    const int off = kN2 > 1 && b2 ? kN3 : 0;  // h3[i] is h2[off + i], zero past kN2
+#pragma unroll
+    for (int i = 0; i < kN3; ++i) {
+#pragma unroll
+      for (int m = 8; m < kTeam; m <<= 1) {
+        if (m < lpr) h3[i] += gpu_shfl_xor(h3[i], m, kTeam);
+      }
+      if (off + i < kN2) emit(j + off + i, h3[i]);
     }
   }
 }
@@ -1116,28 +1158,13 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
         dinit[i] = T::from_f(acc);
       }
     }
-    // The row's W + 1 sums over its lpr lanes (xor masks below lpr stay
-    // inside the row's lane group), in a fixed order. A reduce-scatter:
-    // at masks 1, 2 and 4 each lane pair splits the values it holds, so a
-    // lane ends with one (lpr = 4: up to two) of them, chosen by its low
-    // lane bits; plain butterflies over the higher masks do the rest, and
-    // the first 8 lanes of the row store.
-    constexpr int kN1 = (W + 2) / 2;    // values held after mask 1
-    constexpr int kN2 = (kN1 + 1) / 2;  // after mask 2
-    const int b0 = lane & 1, b1 = (lane >> 1) & 1, b2 = (lane >> 2) & 1;
-    float h1[kN1], h2[kN2], h3[1];
-    scatter_level<W + 1, kN1>(dws, h1, b0, 1);
-    scatter_level<kN1, kN2>(h1, h2, b1, 2);
-    const int kb = b0 ? kN1 : 0;              // h1[j] holds sum kb + j ..
-    const int cnt = b0 ? W + 1 - kN1 : kN1;  // .. for j < cnt (zeros after)
-    int j = b1 ? kN2 : 0;                     // h2[i] is h1[j + i]
+    // The row's W + 1 sums over its lpr lanes (row_sums_scatter), stored
+    // by the lanes that end with them.
     const int64_t d = mod_fast(r, p.dim);
-    const bool rowv = rs < nrt && (lane & (lpr - 1)) < 8;
+    const bool rowv = rs < nrt;
     const int64_t b = ws_off < 0 ? 0 : div_fast(r, p.dim);
-    // Stores h1 slot jj of the row (sum k < W: dweight, k == W: dbias).
-    auto put = [&](int jj, float v) {
-      if (!rowv || jj >= cnt) return;
-      const int k = kb + jj;
+    row_sums_scatter<W>(dws, lane, lpr, [&](int k, float v) {
+      if (!rowv) return;
       if (ws_off < 0) {
         // B = 1 (planner): the channel's whole sum.
         if (k < W) store_any(dweight, d * W + k, p.gwtype, v);
@@ -1145,19 +1172,7 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
       } else {
         p.partials[ws_off + (d * seg_batch + b) * (W + 1) + k] = v;
       }
-    };
-    if (lpr == 4) {
-#pragma unroll
-      for (int i = 0; i < kN2; ++i) put(j + i, h2[i]);
-    } else {
-      scatter_level<kN2, 1>(h2, h3, b2, 4);
-      if (kN2 > 1 && b2) j += 1;
-#pragma unroll
-      for (int m = 8; m < kTeam; m <<= 1) {
-        if (m < lpr) h3[0] += gpu_shfl_xor(h3[0], m, kTeam);
-      }
-      put(j, h3[0]);
-    }
+    });
   }
   copy_async_wait<0>();  // the ring is free for the team's next tile
 }
@@ -1349,28 +1364,13 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
         dinit[i] = T::from_f(acc);
       }
     }
-    // The row's W + 1 sums over its lpr lanes (xor masks below lpr stay
-    // inside the row's lane group), in a fixed order. A reduce-scatter:
-    // at masks 1, 2 and 4 each lane pair splits the values it holds, so a
-    // lane ends with one (lpr = 4: up to two) of them, chosen by its low
-    // lane bits; plain butterflies over the higher masks do the rest, and
-    // the first 8 lanes of the row store.
-    constexpr int kN1 = (W + 2) / 2;    // values held after mask 1
-    constexpr int kN2 = (kN1 + 1) / 2;  // after mask 2
-    const int b0 = lane & 1, b1 = (lane >> 1) & 1, b2 = (lane >> 2) & 1;
-    float h1[kN1], h2[kN2], h3[1];
-    scatter_level<W + 1, kN1>(dws, h1, b0, 1);
-    scatter_level<kN1, kN2>(h1, h2, b1, 2);
-    const int kb = b0 ? kN1 : 0;              // h1[j] holds sum kb + j ..
-    const int cnt = b0 ? W + 1 - kN1 : kN1;  // .. for j < cnt (zeros after)
-    int j = b1 ? kN2 : 0;                     // h2[i] is h1[j + i]
+    // The row's W + 1 sums over its lpr lanes (row_sums_scatter), stored
+    // by the lanes that end with them.
     const int64_t d = mod_fast(r, p.dim);
-    const bool rowv = rr < nrt && (lane & (lpr - 1)) < 8;
+    const bool rowv = rr < nrt;
     const int64_t b = ws_off < 0 ? 0 : div_fast(r, p.dim);
-    // Stores h1 slot jj of the row (sum k < W: dweight, k == W: dbias).
-    auto put = [&](int jj, float v) {
-      if (!rowv || jj >= cnt) return;
-      const int k = kb + jj;
+    row_sums_scatter<W>(dws, lane, lpr, [&](int k, float v) {
+      if (!rowv) return;
       if (ws_off < 0) {
         // B = 1 (planner): the channel's whole sum.
         if (k < W) store_any(dweight, d * W + k, p.gwtype, v);
@@ -1378,19 +1378,7 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
       } else {
         p.partials[ws_off + (d * seg_batch + b) * (W + 1) + k] = v;
       }
-    };
-    if (lpr == 4) {
-#pragma unroll
-      for (int i = 0; i < kN2; ++i) put(j + i, h2[i]);
-    } else {
-      scatter_level<kN2, 1>(h2, h3, b2, 4);
-      if (kN2 > 1 && b2) j += 1;
-#pragma unroll
-      for (int m = 8; m < kTeam; m <<= 1) {
-        if (m < lpr) h3[0] += gpu_shfl_xor(h3[0], m, kTeam);
-      }
-      put(j, h3[0]);
-    }
+    });
   }
   copy_async_wait<0>();  // the ring is free for the team's next run
 }
@@ -1412,7 +1400,7 @@ __device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
 
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
-                                  detail::BwdMinBlocks(sizeof(typename T::S))) bwd_cf_kernel(KParams p) {
+                                  detail::BwdCfTraits<sizeof(typename T::S), W>::kMinBlocks) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
@@ -1425,8 +1413,10 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
     if constexpr (sizeof(typename T::S) == 2) {
       if (!seg.vec) bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
     } else if (seg.vec) {
+      // The planner keeps segments whose halo exceeds a vector off this path.
+      if constexpr (detail::HaloInVector(W, kVecElts<T> + 1)) {
       constexpr int N = kVecElts<T>;
-      constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S));
+      constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
       const int64_t nchunks = seg.nchunks;
       const int64_t row = div_fast(local, nchunks);
       const int64_t chunk = local - row * nchunks;
@@ -1436,6 +1426,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
       if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
       else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
       else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
+      }
     } else {
       bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
     }
@@ -1460,7 +1451,10 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
       // at the end), which keeps them out of registers across the tile.
       const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
       if (!is_short_tile(seg)) continue;
-      bwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      // The planner gives this kernel no tile when the halo exceeds a vector.
+      if constexpr (detail::HaloInVector(W, kVecElts<T>)) {
+        bwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      }
     }
   } else {
     // Team g of G takes the contiguous tiles [T * g / G, T * (g + 1) / G)
@@ -1491,15 +1485,18 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
       const int64_t row_begin = local * rpt;
       const int64_t row_end = (local + run) * rpt < nrows ? (local + run) * rpt : nrows;
       const int nrt = static_cast<int>(row_end - row_begin);
-      if (p.silu) bwd_cf_run_team<T, W, true>(p, seg, row_begin, nrt, lane, stage[team]);
-      else bwd_cf_run_team<T, W, false>(p, seg, row_begin, nrt, lane, stage[team]);
+      if constexpr (detail::HaloInVector(W, kVecElts<T>)) {
+        BoolSwitch(p.silu, [&](auto silu) {
+          bwd_cf_run_team<T, W, decltype(silu)::value>(p, seg, row_begin, nrt, lane, stage[team]);
+        });
+      }
       tile += run;
     }
   }
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_STREAM_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTraits::kMinBlocks)
     bwd_cf_stream_kernel(KParams p) {
   // Each team's ring of in-flight steps (bwd_cf_stream_team).
   __shared__ uint4 stage[kTeamsPerBlock][detail::kBwdStreamPrefetch + 1][2][kTeam];
@@ -1511,15 +1508,16 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_BWD_STREAM_MIN_
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!is_stream_tile<T>(seg) || seg.ws_partial_offset < 0) continue;
-    if (p.silu) bwd_cf_stream_team<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
-    else bwd_cf_stream_team<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    BoolSwitch(p.silu, [&](auto silu) {
+      bwd_cf_stream_team<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    });
   }
 }
 
 // The walk range: bwd_cf_stream_walk, a channel per tile (its own kernel, so
 // that bwd_cf_stream_kernel keeps its register allocation).
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, CONV1D_BWD_WALK_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalkTraits::kMinBlocks)
     bwd_cf_walk_kernel(KParams p) {
   constexpr int kTeams = detail::kBwdWalkTeams;
   __shared__ uint4 stage[kTeams][detail::kBwdStreamPrefetch + 1][2][kTeam];
@@ -1532,8 +1530,9 @@ __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, CONV1D_BWD_WALK
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     // See seg_lines_together.
     if (!(is_stream_tile<T>(seg) & (seg.ws_partial_offset < 0) & seg_lines_together(seg))) continue;
-    if (p.silu) bwd_cf_stream_walk<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
-    else bwd_cf_stream_walk<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    BoolSwitch(p.silu, [&](auto silu) {
+      bwd_cf_stream_walk<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    });
   }
 }
 
@@ -1909,18 +1908,16 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
       dxt += D;
     };
     int i0 = 0;
-#if CONV1D_CL_BWD_ROTATE
-    // W-1 steps per iteration: the x and g windows come back to the same
-    // registers, so shifting them costs no moves.
+    // kRotate: W-1 steps per iteration: the x and g windows come back to
+    // the same registers, so shifting them costs no moves.
     constexpr int kU = W - 1;
-    if constexpr (kU > 1) {
+    if constexpr (detail::BwdClTraits<sizeof(S), W>::kRotate && kU > 1) {
 #pragma unroll 1
       for (; i0 + kU <= nstep; i0 += kU) {
 #pragma unroll
         for (int q = 0; q < kU; ++q) body(i0 + q);
       }
     }
-#endif
 #pragma unroll 1
     for (; i0 < nstep; ++i0) body(i0);
     copy_async_wait<0>();
@@ -1952,7 +1949,8 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kClCols * kClRows, CONV1D_CL_BWD_MIN_BLOCKS) bwd_cl_kernel(KParams p) {
+__global__ void __launch_bounds__(kClCols * kClRows, detail::BwdClTraits<sizeof(typename T::S), W>::kMinBlocks)
+    bwd_cl_kernel(KParams p) {
   constexpr int kRedBytes = kClRows * kClCols * detail::kClVecBwd * (W + 1) * 4;
   constexpr int kRingBytes = detail::ClBwdRingBytes(sizeof(typename T::S));
   __shared__ uint4 smem[(kRedBytes > kRingBytes ? kRedBytes : kRingBytes) / 16];
@@ -1962,8 +1960,9 @@ __global__ void __launch_bounds__(kClCols * kClRows, CONV1D_CL_BWD_MIN_BLOCKS) b
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
     if (seg.vec) {
-      if (p.silu) bwd_cl_ring<T, W, true>(p, seg, tile - seg.tile_begin, tx, ty, smem, red);
-      else bwd_cl_ring<T, W, false>(p, seg, tile - seg.tile_begin, tx, ty, smem, red);
+      BoolSwitch(p.silu, [&](auto silu) {
+        bwd_cl_ring<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, smem, red);
+      });
     } else {
       bwd_cl_block<T, 1, W>(p, seg, tile - seg.tile_begin, tx, ty, red);
     }
@@ -1980,18 +1979,17 @@ hipError_t LaunchReduce(const KParams& k, hipStream_t s) {
 
 template <class T>
 hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
-  if (k0.width < 2 || k0.width > 4) return hipErrorInvalidValue;
+  if (!detail::FastWidth(k0.width)) return hipErrorInvalidValue;
   const unsigned block = kTeam * kTeamsPerBlock;
   KParams k = k0;
   if (plan.long_tile_end > plan.long_tile_begin) {
     k.tile_begin = plan.long_tile_begin;
     k.total_tiles = plan.long_tile_end;
     const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
-    switch (k.width) {
-      case 2: bwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-      case 3: bwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-      default: bwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    }
+    const bool launched = WidthSwitch(k.width, [&](auto w) {
+      bwd_cf_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+    });
+    if (!launched) return hipErrorInvalidValue;
   }
   if (plan.short_tile_end > plan.short_tile_begin) {
     k.tile_begin = plan.short_tile_begin;
@@ -2007,22 +2005,20 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
         if (grid > resident) grid = resident;
       }
     }
-    switch (k.width) {
-      case 2: bwd_cf_short_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-      case 3: bwd_cf_short_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-      default: bwd_cf_short_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    }
+    const bool launched = WidthSwitch(k.width, [&](auto w) {
+      bwd_cf_short_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+    });
+    if (!launched) return hipErrorInvalidValue;
   }
   if constexpr (sizeof(typename T::S) == 2) {
     if (plan.stream_tile_end > plan.stream_tile_begin) {
       k.tile_begin = plan.stream_tile_begin;
       k.total_tiles = plan.stream_tile_end;
       const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeamsPerBlock - 1) / kTeamsPerBlock);
-      switch (k.width) {
-        case 2: bwd_cf_stream_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-        case 3: bwd_cf_stream_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-        default: bwd_cf_stream_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-      }
+      const bool launched = WidthSwitch(k.width, [&](auto w) {
+        bwd_cf_stream_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+      });
+      if (!launched) return hipErrorInvalidValue;
     }
     if (plan.walk_tile_end > plan.walk_tile_begin) {
       constexpr int kTeams = detail::kBwdWalkTeams;
@@ -2030,11 +2026,10 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
       k.total_tiles = plan.walk_tile_end;
       const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
       const unsigned wblock = kTeam * kTeams;
-      switch (k.width) {
-        case 2: bwd_cf_walk_kernel<T, 2><<<grid, wblock, 0, s>>>(k); break;
-        case 3: bwd_cf_walk_kernel<T, 3><<<grid, wblock, 0, s>>>(k); break;
-        default: bwd_cf_walk_kernel<T, 4><<<grid, wblock, 0, s>>>(k); break;
-      }
+      const bool launched = WidthSwitch(k.width, [&](auto w) {
+        bwd_cf_walk_kernel<T, decltype(w)::value><<<grid, wblock, 0, s>>>(k);
+      });
+      if (!launched) return hipErrorInvalidValue;
     }
   }
   if (!plan.reduce_dw) return hipGetLastError();
@@ -2045,12 +2040,10 @@ template <class T>
 hipError_t LaunchCl(const KParams& k, hipStream_t s) {
   const unsigned grid = GridFor(k.total_tiles);
   const unsigned block = kClCols * kClRows;
-  switch (k.width) {
-    case 2: bwd_cl_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-    case 3: bwd_cl_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-    case 4: bwd_cl_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    default: return hipErrorInvalidValue;
-  }
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    bwd_cl_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+  });
+  if (!launched) return hipErrorInvalidValue;
   return LaunchReduce(k, s);
 }
 

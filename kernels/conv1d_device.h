@@ -59,6 +59,13 @@ inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
   return k;
 }
 
+// See WidthSwitch (conv1d_internal.h).
+template <class F>
+__host__ __device__ __forceinline__ void BoolSwitch(bool b, F&& f) {
+  if (b) f(detail::Bool<true>{});
+  else f(detail::Bool<false>{});
+}
+
 inline unsigned GridFor(int64_t blocks) {
   if (blocks < 1) blocks = 1;
   return static_cast<unsigned>(blocks < detail::kMaxGridBlocks ? blocks : detail::kMaxGridBlocks);
@@ -70,18 +77,9 @@ inline unsigned GridFor(int64_t blocks) {
 // check reads the second line and the team then starts from the first.
 // Reading x (every segment has one) within the check requests the first
 // line beside the check's own loads instead of after the check (the
-// check's `vec` test still comes first). CONV1D_SEG_LINES_TOGETHER=0 turns
-// it off (tuning only).
-#ifndef CONV1D_SEG_LINES_TOGETHER
-#define CONV1D_SEG_LINES_TOGETHER 1
-#endif
+// check's `vec` test still comes first).
 __device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
-#if CONV1D_SEG_LINES_TOGETHER
   return seg.in(Role::kX) != nullptr;
-#else
-  (void)seg;
-  return true;
-#endif
 }
 
 // Index of the segment that owns `tile`: the last one whose tile_begin is

@@ -13,6 +13,7 @@ namespace conv1d::kernels {
 namespace {
 
 using namespace dev;
+using detail::WidthSwitch;
 using detail::kClCols;
 using detail::kClRows;
 using detail::kTeam;
@@ -505,7 +506,7 @@ __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KParams p) {
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>::kMinBlocks) fwd_cf_kernel(KParams p) {
   __shared__ float stage[kTeamsPerBlock][kShortRowStageFloats<W>];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
@@ -540,7 +541,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, 3) fwd_cf_kernel(KPara
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, CONV1D_FWD_STREAM_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, detail::FwdStreamTraits<W>::kMinBlocks)
     fwd_cf_stream_kernel(KParams p) {
   constexpr int kTeams = detail::kFwdStreamTeams;
   // Each team's ring of in-flight steps (fwd_cf_stream_team).
@@ -553,13 +554,14 @@ __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, CONV1D_FWD_ST
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!stream_tile_head<T>(seg)) continue;
-    if (p.silu) fwd_cf_stream_team<T, W, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
-    else fwd_cf_stream_team<T, W, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    BoolSwitch(p.silu, [&](auto silu) {
+      fwd_cf_stream_team<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    });
   }
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_SHORT_MIN_BLOCKS)
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdShortTraits<W>::kMinBlocks)
     fwd_cf_short_kernel(KParams p) {
   // Each team's ring of in-flight steps and its states' staging
   // (fwd_cf_rows_team; 4 bytes per element covers every type).
@@ -573,8 +575,11 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, CONV1D_FWD_SHORT_MIN_B
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!is_short_tile(seg)) continue;
-    fwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team],
-                           reinterpret_cast<typename T::S*>(sstate[team]));
+    // The planner gives this kernel no tile when the halo exceeds a vector.
+    if constexpr (detail::HaloInVector(W, kVecElts<T>)) {
+      fwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team],
+                             reinterpret_cast<typename T::S*>(sstate[team]));
+    }
   }
 }
 
@@ -783,7 +788,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kClCols * kClRows, detail::ClFwdMinBlocks(sizeof(typename T::S)))
+__global__ void __launch_bounds__(kClCols * kClRows, detail::FwdClTraits<sizeof(typename T::S), W>::kMinBlocks)
     fwd_cl_kernel(KParams p) {
   using S = typename T::S;
   constexpr int N = detail::ClVecFwd(sizeof(S));
@@ -796,8 +801,9 @@ __global__ void __launch_bounds__(kClCols * kClRows, detail::ClFwdMinBlocks(size
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
     if (seg.vec) {
       if constexpr (kRing) {
-        if (p.silu) fwd_cl_ring<T, N, W, true>(p, seg, tile - seg.tile_begin, tx, ty, ring);
-        else fwd_cl_ring<T, N, W, false>(p, seg, tile - seg.tile_begin, tx, ty, ring);
+        BoolSwitch(p.silu, [&](auto silu) {
+          fwd_cl_ring<T, N, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, ring);
+        });
       } else {
         fwd_cl_thread<T, N, W, detail::ClStepsFwd(sizeof(S))>(p, seg, tile - seg.tile_begin, tx, ty);
       }
@@ -815,7 +821,7 @@ __global__ void __launch_bounds__(kClCols * kClRows, detail::ClFwdMinBlocks(size
 // block loop as it was).
 template <class T>
 hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
-  if (k0.width < 2 || k0.width > 4) return hipErrorInvalidValue;
+  if (!detail::FastWidth(k0.width)) return hipErrorInvalidValue;
   const unsigned block = kTeam * kTeamsPerBlock;
   KParams k = k0;
   auto grid_for = [&](const KParams& kk) {
@@ -825,21 +831,19 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
     k.tile_begin = sizeof(typename T::S) == 2 ? plan.long_tile_begin : 0;
     k.total_tiles = plan.long_tile_end;
     const unsigned grid = grid_for(k);
-    switch (k.width) {
-      case 2: fwd_cf_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-      case 3: fwd_cf_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-      default: fwd_cf_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    }
+    const bool launched = WidthSwitch(k.width, [&](auto w) {
+      fwd_cf_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+    });
+    if (!launched) return hipErrorInvalidValue;
   }
   if (plan.short_tile_end > plan.short_tile_begin) {
     k.tile_begin = plan.short_tile_begin;
     k.total_tiles = plan.short_tile_end;
     const unsigned grid = grid_for(k);
-    switch (k.width) {
-      case 2: fwd_cf_short_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-      case 3: fwd_cf_short_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-      default: fwd_cf_short_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    }
+    const bool launched = WidthSwitch(k.width, [&](auto w) {
+      fwd_cf_short_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+    });
+    if (!launched) return hipErrorInvalidValue;
   }
   if constexpr (sizeof(typename T::S) == 2) {
     if (plan.stream_tile_end > plan.stream_tile_begin) {
@@ -848,11 +852,10 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
       k.total_tiles = plan.stream_tile_end;
       const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
       const unsigned sblock = kTeam * kTeams;
-      switch (k.width) {
-        case 2: fwd_cf_stream_kernel<T, 2><<<grid, sblock, 0, s>>>(k); break;
-        case 3: fwd_cf_stream_kernel<T, 3><<<grid, sblock, 0, s>>>(k); break;
-        default: fwd_cf_stream_kernel<T, 4><<<grid, sblock, 0, s>>>(k); break;
-      }
+      const bool launched = WidthSwitch(k.width, [&](auto w) {
+        fwd_cf_stream_kernel<T, decltype(w)::value><<<grid, sblock, 0, s>>>(k);
+      });
+      if (!launched) return hipErrorInvalidValue;
     }
   }
   return hipGetLastError();
@@ -862,12 +865,10 @@ template <class T>
 hipError_t LaunchCl(const KParams& k, hipStream_t s) {
   const unsigned grid = GridFor(k.total_tiles);
   const unsigned block = kClCols * kClRows;
-  switch (k.width) {
-    case 2: fwd_cl_kernel<T, 2><<<grid, block, 0, s>>>(k); break;
-    case 3: fwd_cl_kernel<T, 3><<<grid, block, 0, s>>>(k); break;
-    case 4: fwd_cl_kernel<T, 4><<<grid, block, 0, s>>>(k); break;
-    default: return hipErrorInvalidValue;
-  }
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    fwd_cl_kernel<T, decltype(w)::value><<<grid, block, 0, s>>>(k);
+  });
+  if (!launched) return hipErrorInvalidValue;
   return hipGetLastError();
 }
 

@@ -9,6 +9,7 @@ namespace conv1d::kernels {
 namespace {
 
 using namespace dev;
+using detail::WidthSwitch;
 using detail::kGenBlock;
 using detail::kUpdBlock;
 
@@ -350,11 +351,10 @@ hipError_t LaunchUpd(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t 
     k.tile_begin = plan.stream_tile_begin;
     k.total_tiles = plan.stream_tile_end;
     const unsigned grid = GridFor(k.total_tiles - k.tile_begin);
-    switch (k.width) {
-      case 2: update_vec_kernel<T, 2><<<grid, kUpdBlock, 0, s>>>(k); break;
-      case 3: update_vec_kernel<T, 3><<<grid, kUpdBlock, 0, s>>>(k); break;
-      default: update_vec_kernel<T, 4><<<grid, kUpdBlock, 0, s>>>(k); break;
-    }
+    const bool launched = WidthSwitch(k.width, [&](auto w) {
+      update_vec_kernel<T, decltype(w)::value><<<grid, kUpdBlock, 0, s>>>(k);
+    });
+    if (!launched) return hipErrorInvalidValue;
   }
   return hipGetLastError();
 }
