@@ -484,25 +484,11 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   gpu_team_sync();  // the team's next tile may overwrite sst
 }
 
-// 16-bit long-row vector tiles (the planner's stream range) go to
-// fwd_cf_stream_kernel; fwd_cf_kernel skips them (and the stream kernel
-// skips every other tile).
-template <class T>
-__device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
-  return sizeof(typename T::S) == 2 && seg.vec && seg.rows_per_tile == 1;
-}
-
 // is_stream_tile for the stream kernel's tile check, which a team runs
 // before anything else: see seg_lines_together.
 template <class T>
 __device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
   return is_stream_tile<T>(seg) & seg_lines_together(seg);
-}
-
-// Short-row vector tiles (the planner's short range) go to
-// fwd_cf_short_kernel; fwd_cf_kernel skips them too.
-__device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
-  return seg.vec && seg.rows_per_tile > 1;
 }
 
 template <class T, int W>
