@@ -63,7 +63,7 @@ namespace {
 // A tensor field whose data was read into a host buffer.
 struct Moved {
   const FieldDescriptor* field = nullptr;
-  std::shared_ptr<void> buffer;
+  HostBuffer buffer;
   int64_t bytes = 0;
 };
 
@@ -96,8 +96,8 @@ bool SplitTensor(CodedInputStream* in, int64_t min_bytes, const HostAllocator& a
       out.WriteString(data);
       continue;
     }
-    std::shared_ptr<void> buffer = allocate(n);
-    if (!in->ReadRaw(buffer.get(), static_cast<int>(n))) return false;
+    HostBuffer buffer = allocate(n);
+    if (!in->ReadRaw(buffer.data.get(), static_cast<int>(n))) return false;
     moved->buffer = std::move(buffer);
     moved->bytes = n;
   }
@@ -143,7 +143,7 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
     out.WriteTag(tag);
     out.WriteVarint32(static_cast<uint32_t>(tensor.size()));
     out.WriteString(tensor);
-    if (m.buffer != nullptr) {
+    if (m.buffer.data != nullptr) {
       m.field = f;
       moved->push_back(std::move(m));
     }
@@ -153,9 +153,8 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
 
 }  // namespace
 
-void DetachedTensors::Add(const v1::Tensor* tensor, std::shared_ptr<void> buffer,
-                          int64_t bytes) {
-  entries_.push_back(Entry{tensor, std::move(buffer), bytes});
+void DetachedTensors::Add(const v1::Tensor* tensor, HostBuffer buffer, int64_t bytes) {
+  entries_.push_back(Entry{tensor, std::move(buffer.data), bytes, buffer.kind});
 }
 
 const DetachedTensors::Entry* DetachedTensors::Find(const v1::Tensor* tensor) const {
