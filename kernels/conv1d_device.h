@@ -168,6 +168,12 @@ __device__ __forceinline__ int64_t mod_fast(int64_t a, int64_t b) {
   return a % b;
 }
 
+// Element index within a segment, in memory order of the layout.
+__device__ __forceinline__ int64_t elem_index(bool cl, int64_t b, int64_t d, int64_t t,
+                                              int64_t D, int64_t L) {
+  return cl ? (b * L + t) * D + d : (b * D + d) * L + t;
+}
+
 __device__ __forceinline__ float act_fwd(float z, bool silu) { return silu ? silu_f(z) : z; }
 
 
