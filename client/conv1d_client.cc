@@ -212,6 +212,11 @@ CONV1D_CLIENT_METHOD(Backward, BackwardRequest, BackwardResponse)
 CONV1D_CLIENT_METHOD(Update, UpdateRequest, UpdateResponse)
 CONV1D_CLIENT_METHOD(RegisterWeights, RegisterWeightsRequest, RegisterWeightsResponse)
 CONV1D_CLIENT_METHOD(UnregisterWeights, UnregisterWeightsRequest, UnregisterWeightsResponse)
+CONV1D_CLIENT_METHOD(OpenSession, OpenSessionRequest, OpenSessionResponse)
+CONV1D_CLIENT_METHOD(CommitSession, CommitSessionRequest, CommitSessionResponse)
+CONV1D_CLIENT_METHOD(ForkSession, ForkSessionRequest, ForkSessionResponse)
+CONV1D_CLIENT_METHOD(ExportSession, ExportSessionRequest, ExportSessionResponse)
+CONV1D_CLIENT_METHOD(CloseSession, CloseSessionRequest, CloseSessionResponse)
 #undef CONV1D_CLIENT_METHOD
 
 // Typed compute calls: build the wire request now, then as above.

@@ -84,6 +84,18 @@ class Conv1dClient {
       const v1::UnregisterWeightsRequest& req, const CallOptions& opts = {});
   absl::StatusOr<v1::ListWeightsResponse> ListWeights(const CallOptions& opts = {});
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& opts = {});
+  // Decode sessions by unary calls (Update with session_id steps them); a
+  // Decode stream is DecodeSession (decode_session.h).
+  absl::StatusOr<v1::OpenSessionResponse> OpenSession(const v1::OpenSessionRequest& req,
+                                                      const CallOptions& opts = {});
+  absl::StatusOr<v1::CommitSessionResponse> CommitSession(
+      const v1::CommitSessionRequest& req, const CallOptions& opts = {});
+  absl::StatusOr<v1::ForkSessionResponse> ForkSession(const v1::ForkSessionRequest& req,
+                                                      const CallOptions& opts = {});
+  absl::StatusOr<v1::ExportSessionResponse> ExportSession(
+      const v1::ExportSessionRequest& req, const CallOptions& opts = {});
+  absl::StatusOr<v1::CloseSessionResponse> CloseSession(const v1::CloseSessionRequest& req,
+                                                        const CallOptions& opts = {});
   // grpc.health.v1 Check; `service` "" asks about the whole server.
   absl::StatusOr<HealthStatus> Health(const std::string& service = "",
                                       const CallOptions& opts = {});
@@ -109,6 +121,16 @@ class Conv1dClient {
   void UnregisterWeightsAsync(std::shared_ptr<const v1::UnregisterWeightsRequest> req,
                               const CallOptions& opts,
                               Callback<v1::UnregisterWeightsResponse> done);
+  void OpenSessionAsync(std::shared_ptr<const v1::OpenSessionRequest> req,
+                        const CallOptions& opts, Callback<v1::OpenSessionResponse> done);
+  void CommitSessionAsync(std::shared_ptr<const v1::CommitSessionRequest> req,
+                          const CallOptions& opts, Callback<v1::CommitSessionResponse> done);
+  void ForkSessionAsync(std::shared_ptr<const v1::ForkSessionRequest> req,
+                        const CallOptions& opts, Callback<v1::ForkSessionResponse> done);
+  void ExportSessionAsync(std::shared_ptr<const v1::ExportSessionRequest> req,
+                          const CallOptions& opts, Callback<v1::ExportSessionResponse> done);
+  void CloseSessionAsync(std::shared_ptr<const v1::CloseSessionRequest> req,
+                         const CallOptions& opts, Callback<v1::CloseSessionResponse> done);
   void ListWeightsAsync(const CallOptions& opts, Callback<v1::ListWeightsResponse> done);
   void ServerInfoAsync(const CallOptions& opts, Callback<v1::ServerInfoResponse> done);
   void HealthAsync(const std::string& service, const CallOptions& opts,
@@ -116,6 +138,8 @@ class Conv1dClient {
 
   const ClientOptions& options() const { return options_; }
   int num_channels() const { return static_cast<int>(channels_.size()); }
+  // The stub of the next channel (round-robin), for streaming calls.
+  v1::Conv1d::Stub* NextStub() { return NextChannel().stub.get(); }
   // Calls that were retried at least once since creation.
   int64_t retried_calls() const { return retried_calls_.load(); }
 

@@ -65,6 +65,10 @@ ABSL_FLAG(int64_t, host_pool_bytes, 0,
           "gpu backend: page-locked host memory that large request tensors are "
           "received into and outputs sent from, moved by DMA with no staging "
           "copy; 0 = 1/32 of physical memory, 64 MiB..4 GiB; -1 = none");
+ABSL_FLAG(std::string, gpu_inject_fault, "",
+          "testing only: gpu backend fails every N-th fused launch (launch:N) or "
+          "device-to-host copy (copy:N) of each lane with a non-sticky error; the "
+          "batch fails, the server goes on; empty = never");
 ABSL_FLAG(std::string, host_tensors, "auto",
           "where large compute-request tensors and outputs live: auto (in the "
           "backend's page-locked host buffers when it has them, i.e. gpu with a "
@@ -95,6 +99,15 @@ ABSL_FLAG(int64_t, max_request_bytes, 0,
           "0 = --max_message_bytes");
 ABSL_FLAG(int64_t, max_weight_bytes, int64_t{16} << 30,
           "total bytes of registered weight sets");
+ABSL_FLAG(int64_t, session_state_bytes, int64_t{256} << 10,
+          "bytes of one decode-session state slot: the largest state "
+          "B*D*(state_len+max_draft_tokens)*sizeof(dtype) a session may hold");
+ABSL_FLAG(int32_t, max_sessions, 256,
+          "decode-session state slots taken at start (the most sessions open at "
+          "once; a full pool answers RESOURCE_EXHAUSTED), 1..1048576");
+ABSL_FLAG(int64_t, session_idle_timeout_s, 300,
+          "seconds after which a decode session with no operation expires "
+          "(sessions of open Decode streams do not); 0 = never");
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM/SIGINT, seconds to finish in-flight requests before "
           "cancelling them and exiting");
@@ -273,6 +286,7 @@ int main(int argc, char** argv) {
   options.backend.lane_buffer_bytes = absl::GetFlag(FLAGS_lane_buffer_bytes);
   options.backend.weight_cache_bytes = absl::GetFlag(FLAGS_weight_cache_bytes);
   options.backend.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
+  options.backend.inject_fault = absl::GetFlag(FLAGS_gpu_inject_fault);
   options.host_tensor_min_bytes = absl::GetFlag(FLAGS_host_tensor_min_bytes);
   const std::string host_tensors = absl::GetFlag(FLAGS_host_tensors);
   if (host_tensors == "auto") {
@@ -301,6 +315,9 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  options.session_state_bytes = absl::GetFlag(FLAGS_session_state_bytes);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.session_idle_timeout_s = absl::GetFlag(FLAGS_session_idle_timeout_s);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
   options.access_log = access_log;
   options.max_connection_age_ms = connection_age_ms[0];

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,7 +49,7 @@ struct ComputeCall {
 
 Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
                              WeightRegistry* registry, BackendInfo backend,
-                             Observer* observer)
+                             Observer* observer, SessionManager* sessions)
     : options_(options),
       scheduler_(scheduler),
       registry_(registry),
@@ -58,7 +59,14 @@ Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler
                               (options.host_tensors == HostTensors::kAuto &&
                                backend_.host_buffers->page_locked())
                           ? options.host_tensor_min_bytes
-                          : -1) {}
+                          : -1) {
+  if (sessions != nullptr) {
+    sessions_ = std::make_unique<SessionCalls>(sessions, scheduler, registry, options.limits,
+                                               &next_task_id_);
+  }
+}
+
+Conv1dService::~Conv1dService() = default;
 
 Conv1dService::CallInfo Conv1dService::Begin(const char* method,
                                               grpc::CallbackServerContext* context,
@@ -132,6 +140,13 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
                                               allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
+  if constexpr (std::is_same_v<Request, v1::UpdateRequest>) {
+    if (!call->request.session_id().empty()) {
+      SessionUpdate(reactor, context, info, call->request, &call->response,
+                    &call->request_data, call, response);
+      return reactor;
+    }
+  }
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);

@@ -49,7 +49,9 @@
 #include "server/core/observer.h"
 #include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
+#include "server/core/session_manager.h"
 #include "server/frontend/request_log.h"
+#include "server/frontend/session_calls.h"
 #include "server/frontend/validation.h"
 #include "server/logging/access_log.h"
 
@@ -68,19 +70,35 @@ struct ServiceOptions {
   HostTensors host_tensors = HostTensors::kAuto;
 };
 
+// The session methods of conv1d.v1.Conv1d as raw callback methods.
+using RawSessionMethods = v1::Conv1d::WithRawCallbackMethod_Decode<
+    v1::Conv1d::WithRawCallbackMethod_OpenSession<
+        v1::Conv1d::WithRawCallbackMethod_CommitSession<
+            v1::Conv1d::WithRawCallbackMethod_ForkSession<
+                v1::Conv1d::WithRawCallbackMethod_ExportSession<
+                    v1::Conv1d::WithRawCallbackMethod_CloseSession<v1::Conv1d::Service>>>>>>;
+
 // Every method of conv1d.v1.Conv1d as a raw callback method.
 using RawConv1dService = v1::Conv1d::WithRawCallbackMethod_Forward<
     v1::Conv1d::WithRawCallbackMethod_Backward<v1::Conv1d::WithRawCallbackMethod_Update<
         v1::Conv1d::WithRawCallbackMethod_RegisterWeights<
             v1::Conv1d::WithRawCallbackMethod_UnregisterWeights<
                 v1::Conv1d::WithRawCallbackMethod_ListWeights<
-                    v1::Conv1d::WithRawCallbackMethod_ServerInfo<v1::Conv1d::Service>>>>>>>;
+                    v1::Conv1d::WithRawCallbackMethod_ServerInfo<RawSessionMethods>>>>>>>;
 
 class Conv1dService final : public RawConv1dService {
  public:
-  // REQUIRES: every pointer non-null and outliving the service.
+  // REQUIRES: every pointer non-null and outliving the service, except
+  // `sessions`: null when the backend serves no decode sessions (the
+  // session RPCs then answer UNIMPLEMENTED).
   Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
-                WeightRegistry* registry, BackendInfo backend, Observer* observer);
+                WeightRegistry* registry, BackendInfo backend, Observer* observer,
+                SessionManager* sessions = nullptr);
+  ~Conv1dService() override;
+
+  // Drain: every open Decode stream gets its session's state and ends with
+  // UNAVAILABLE; new streams are refused. Returns how many streams it asked.
+  int DrainSessionStreams();
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -103,6 +121,25 @@ class Conv1dService final : public RawConv1dService {
   grpc::ServerUnaryReactor* ServerInfo(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+
+  // Decode sessions (session_rpcs.cc, decode_stream.h).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Decode(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CommitSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ExportSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
  private:
   // Parses, validates, binds and submits one compute call; `validate` and
@@ -149,6 +186,22 @@ class Conv1dService final : public RawConv1dService {
               grpc::ByteBuffer* response, absl::Status status,
               bool retry_hint = true, const DetachedTensors* detached = nullptr);
 
+  // An Update naming a session: a step of that session (session_rpcs.cc).
+  // `keepalive` owns `request`, `message` and `detached` until the call ends.
+  void SessionUpdate(grpc::ServerUnaryReactor* reactor,
+                     grpc::CallbackServerContext* context, const CallInfo& info,
+                     const v1::UpdateRequest& request, v1::UpdateResponse* message,
+                     const DetachedTensors* detached, std::shared_ptr<const void> keepalive,
+                     grpc::ByteBuffer* response);
+
+  // A unary session call answered once `handle` has run: it gets the parsed
+  // request and the response, and returns the outcome (session_rpcs.cc).
+  template <typename Request, typename Response, typename Handle>
+  grpc::ServerUnaryReactor* SessionCall(const char* method,
+                                        grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response, Handle handle);
+
   const ServiceOptions options_;
   Scheduler* const scheduler_;
   WeightRegistry* const registry_;
@@ -158,6 +211,8 @@ class Conv1dService final : public RawConv1dService {
   const int64_t host_min_bytes_;
   std::atomic<uint64_t> next_task_id_{1};
   RequestIds request_ids_;
+  // Null when the backend serves no sessions.
+  std::unique_ptr<SessionCalls> sessions_;
 };
 
 }  // namespace conv1d

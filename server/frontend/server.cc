@@ -121,6 +121,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 
   server->registry_ =
       std::make_unique<WeightRegistry>(server->observer_, options.max_weight_bytes);
+  StateSlotsOptions slot_options;
+  slot_options.slot_bytes = options.session_state_bytes;
+  slot_options.num_slots = options.max_sessions;
+  if (absl::Status s = ValidateStateSlotsOptions(slot_options); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<StateSlots>> slots =
+      server->backend_->CreateStateSlots(slot_options);
+  if (slots.ok()) {
+    server->state_slots_ = std::move(*slots);
+    SessionManagerOptions session_options;
+    session_options.idle_timeout_s = options.session_idle_timeout_s;
+    absl::StatusOr<std::unique_ptr<SessionManager>> manager = SessionManager::Create(
+        session_options, server->state_slots_.get(),
+        options.session_clock != nullptr ? options.session_clock : Clock::Real(),
+        server->observer_);
+    if (!manager.ok()) return manager.status();
+    server->session_manager_ = std::move(*manager);
+  } else if (absl::IsUnimplemented(slots.status())) {
+    spdlog::info("decode sessions off: {}", std::string(slots.status().message()));
+  } else {
+    return slots.status();
+  }
+
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       options.scheduler, server->backend_.get(), Clock::Real(), server->observer_);
   if (!scheduler.ok()) return scheduler.status();
@@ -136,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                                                  : options.max_message_bytes;
   server->service_ = std::make_unique<Conv1dService>(
       service_options, server->scheduler_.get(), server->registry_.get(),
-      BackendInfo::Of(*server->backend_), server->observer_);
+      BackendInfo::Of(*server->backend_), server->observer_, server->session_manager_.get());
 
   // Both are process-wide switches read by the next BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);
@@ -220,6 +242,10 @@ void Server::Shutdown(absl::Time deadline) {
   // NOT_SERVING yet are still answered.
   const absl::Time grace_end = std::min(absl::Now() + drain_grace_, deadline);
   absl::SleepFor(std::max(grace_end - absl::Now(), absl::ZeroDuration()));
+  // Streams are never "in flight" to completion: each gets its state and
+  // UNAVAILABLE now, so its client resumes elsewhere with nothing lost.
+  const int streams = service_->DrainSessionStreams();
+  if (streams > 0) spdlog::info("draining: {} Decode streams sent their state", streams);
   // Stops accepting; waits for in-flight calls until the deadline, then
   // cancels them (the scheduler drops cancelled tasks before compute).
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));

@@ -23,7 +23,8 @@ namespace {
 // rate() and increase() see a zero before the first request.
 constexpr const char* kKnownMethods[] = {
     "Forward",     "Backward",    "Update",    "RegisterWeights",
-    "UnregisterWeights", "ListWeights", "ServerInfo"};
+    "UnregisterWeights", "ListWeights", "ServerInfo", "Decode", "OpenSession",
+    "CommitSession", "ForkSession", "ExportSession", "CloseSession"};
 
 // Codes whose series are created up front for every method: the ones the
 // service returns in normal operation, so error ratios start from zero.
@@ -158,6 +159,7 @@ void PrometheusObserver::BuildFamilies(const MetricsOptions& options) {
 
   version_ = options.version;
   git_sha_ = options.git_sha;
+  sessions_ = std::make_unique<SessionMetrics>(r, DurationBuckets(), CountBuckets());
   build_info_family_ =
       &BuildGauge()
            .Name("conv1d_build_info")

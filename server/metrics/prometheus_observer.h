@@ -31,6 +31,7 @@
 #include "prometheus/registry.h"
 #include "server/core/observer.h"
 #include "server/metrics/lazy_children.h"
+#include "server/metrics/session_metrics.h"
 
 namespace conv1d {
 
@@ -83,6 +84,14 @@ class PrometheusObserver final : public Observer {
   void OnDeviceError(int device, const std::string& message) override;
   void OnHostPoolMiss(int64_t bytes) override;
   void OnServingChanged(bool serving) override;
+  void OnSessionEvent(SessionEvent event, int64_t open_sessions,
+                      int64_t slot_bytes_in_use) override {
+    sessions_->OnEvent(event, open_sessions, slot_bytes_in_use);
+  }
+  void OnSessionStep(absl::Duration latency) override { sessions_->OnStep(latency); }
+  void OnSessionStepsPerLaunch(int32_t steps) override {
+    sessions_->OnStepsPerLaunch(steps);
+  }
 
   // Histogram bucket bounds, exposed for tests and docs.
   static std::vector<double> DurationBuckets();  // 10 µs .. 10 s
@@ -161,6 +170,7 @@ class PrometheusObserver final : public Observer {
   prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* device_errors_ = nullptr;
   prometheus::Counter* host_pool_misses_ = nullptr;
+  std::unique_ptr<SessionMetrics> sessions_;
 
   // Known methods, in a fixed order; others land in extra_methods_.
   std::vector<std::unique_ptr<MethodSeries>> methods_;

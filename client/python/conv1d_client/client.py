@@ -8,12 +8,14 @@ import grpc
 import numpy as np
 
 from conv1d_client._stubs import health_pb2, health_pb2_grpc, pb, pb_grpc
+from conv1d_client.session import DecodeSession
 from conv1d_client.tensors import from_tensor, to_tensor
 
 ForwardResult = collections.namedtuple("ForwardResult", ["y", "final_states"])
 BackwardResult = collections.namedtuple(
     "BackwardResult", ["dx", "dweight", "dbias", "dinitial_states"])
 UpdateResult = collections.namedtuple("UpdateResult", ["y", "conv_state"])
+OpenedSession = collections.namedtuple("OpenedSession", ["session_id", "state_len", "y"])
 
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED)
 _LAYOUTS = {"cf": pb.LAYOUT_CHANNEL_FIRST, "cl": pb.LAYOUT_CHANNEL_LAST}
@@ -131,6 +133,69 @@ class Client:
         self._weights(req, weight, bias, weights_name, weight_dtype)
         r = self._call(self._stub.Update, req, timeout_s)
         return UpdateResult(from_tensor(r.y), from_tensor(r.conv_state))
+
+    def _open_request(self, weight, bias, weights_name, batch, dtype, weight_dtype,
+                      activation, layout, state_len, max_draft_tokens, conv_state,
+                      prefill, session_id=""):
+        names = {"fp32": pb.FP32, "fp16": pb.FP16, "bf16": pb.BF16}
+        if dtype not in names:
+            raise ValueError(f"dtype {dtype!r}: want fp32, fp16 or bf16")
+        req = pb.OpenSessionRequest(dtype=names[dtype], layout=_LAYOUTS[layout],
+                                    activation=_ACTIVATIONS[activation], batch=batch,
+                                    state_len=state_len,
+                                    max_draft_tokens=max_draft_tokens,
+                                    session_id=session_id)
+        if not session_id:
+            self._weights(req, weight, bias, weights_name, weight_dtype or dtype)
+        if conv_state is not None:
+            req.conv_state.CopyFrom(to_tensor(conv_state, dtype))
+        if prefill is not None:
+            req.prefill.CopyFrom(to_tensor(prefill, dtype))
+        return req
+
+    def decode(self, weight=None, bias=None, *, weights_name=None, batch=1,
+               dtype="fp32", weight_dtype=None, activation="silu", layout="cf",
+               state_len=0, max_draft_tokens=0, conv_state=None, prefill=None,
+               session_id="", timeout_s=None):
+        """Opens a DecodeSession on a Decode stream (session.py). With
+        ``session_id``, takes over that (forked or unary) session instead."""
+        req = self._open_request(weight, bias, weights_name, batch, dtype, weight_dtype,
+                                 activation, layout, state_len, max_draft_tokens,
+                                 conv_state, prefill, session_id)
+        return DecodeSession(self._stub, req, timeout_s)
+
+    def open_session(self, weight=None, bias=None, *, weights_name=None, batch=1,
+                     dtype="fp32", weight_dtype=None, activation="silu", layout="cf",
+                     state_len=0, max_draft_tokens=0, conv_state=None, prefill=None,
+                     timeout_s=None):
+        """Opens a session for unary calls (session_step, ...); it expires
+        when idle longer than the server's session_idle_timeout_s."""
+        req = self._open_request(weight, bias, weights_name, batch, dtype, weight_dtype,
+                                 activation, layout, state_len, max_draft_tokens,
+                                 conv_state, prefill)
+        r = self._call(self._stub.OpenSession, req, timeout_s)
+        return OpenedSession(r.session_id, r.state_len, from_tensor(r.y))
+
+    def session_step(self, session_id, x, *, dtype=None, timeout_s=None):
+        """One step of a unary session (Update with session_id): y."""
+        req = pb.UpdateRequest(session_id=session_id)
+        req.x.CopyFrom(to_tensor(x, dtype))
+        return from_tensor(self._call(self._stub.Update, req, timeout_s).y)
+
+    def commit_session(self, session_id, accepted):
+        self._call(self._stub.CommitSession,
+                   pb.CommitSessionRequest(session_id=session_id, accepted=accepted))
+
+    def fork_session(self, session_id):
+        return self._call(self._stub.ForkSession,
+                          pb.ForkSessionRequest(session_id=session_id)).session_id
+
+    def export_session(self, session_id):
+        r = self._call(self._stub.ExportSession, pb.ExportSessionRequest(session_id=session_id))
+        return from_tensor(r.conv_state)
+
+    def close_session(self, session_id):
+        self._call(self._stub.CloseSession, pb.CloseSessionRequest(session_id=session_id))
 
     def register_weights(self, name, weight, bias=None, *, replace=False, dtype=None):
         req = pb.RegisterWeightsRequest(name=name, replace=replace)
