@@ -290,7 +290,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
-                                  detail::BwdCfTraits<sizeof(typename T::S), W>::kMinBlocks) bwd_cf_kernel(KParams p) {
+                                  (detail::BwdCfTraits<sizeof(typename T::S), W>::kMinBlocks)) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;

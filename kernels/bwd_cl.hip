@@ -426,7 +426,7 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kClCols * kClRows, detail::BwdClTraits<sizeof(typename T::S), W>::kMinBlocks)
+__global__ void __launch_bounds__(kClCols * kClRows, (detail::BwdClTraits<sizeof(typename T::S), W>::kMinBlocks))
     bwd_cl_kernel(KParams p) {
   constexpr int kRedBytes = kClRows * kClCols * detail::kClVecBwd * (W + 1) * 4;
   constexpr int kRingBytes = detail::ClBwdRingBytes(sizeof(typename T::S));

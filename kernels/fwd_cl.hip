@@ -217,7 +217,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kClCols * kClRows, detail::FwdClTraits<sizeof(typename T::S), W>::kMinBlocks)
+__global__ void __launch_bounds__(kClCols * kClRows, (detail::FwdClTraits<sizeof(typename T::S), W>::kMinBlocks))
     fwd_cl_kernel(KParams p) {
   using S = typename T::S;
   constexpr int N = detail::ClVecFwd(sizeof(S));
