@@ -6,7 +6,8 @@
 // backoff and jitter on UNAVAILABLE / RESOURCE_EXHAUSTED (the server's
 // `grpc-retry-pushback-ms` trailer wins over the computed delay); several
 // channels (one TCP connection each), used round-robin, across one or more
-// targets; 1 GiB message limit by default. Results are absl::Status(Or).
+// targets; 1 GiB message limit by default; TLS, mTLS and a bearer token
+// (client_security.h). Results are absl::Status(Or).
 //
 // Used by the command-line client, the load generator and applications.
 // Thread-safe: one client may be shared by any number of threads. Async
@@ -26,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/call_args.h"
+#include "client/client_security.h"
 #include "client/retry.h"
 #include "conv1d/v1/conv1d.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -43,6 +45,9 @@ struct ClientOptions {
   RetryPolicy retry;
   // Queue calls while a channel connects instead of failing fast.
   bool wait_for_ready = false;
+  // TLS, mTLS and the bearer token (client_security.h); default plaintext
+  // without a token.
+  ClientSecurity security;
 };
 
 struct CallOptions {
@@ -140,6 +145,9 @@ class Conv1dClient {
   int num_channels() const { return static_cast<int>(channels_.size()); }
   // The stub of the next channel (round-robin), for streaming calls.
   v1::Conv1d::Stub* NextStub() { return NextChannel().stub.get(); }
+  // One of the client's connections (round-robin), with its credentials, for
+  // other services on the same server (e.g. server reflection).
+  std::shared_ptr<grpc::Channel> channel() { return NextChannel().channel; }
   // Calls that were retried at least once since creation.
   int64_t retried_calls() const { return retried_calls_.load(); }
 
@@ -161,6 +169,8 @@ class Conv1dClient {
   Channel& NextChannel();
 
   ClientOptions options_;
+  // "Bearer <token>", or empty: sent as `authorization` with every call.
+  std::string authorization_;
   std::vector<Channel> channels_;
   std::atomic<uint64_t> next_channel_{0};
   std::atomic<int64_t> retried_calls_{0};

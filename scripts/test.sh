@@ -21,8 +21,11 @@ fi
 jobs=$(nproc)
 cmake --preset default
 cmake --build --preset default -j "$jobs"
+status=0
 if [[ $slow == 1 ]]; then
-  ctest --test-dir build --output-on-failure -j "$jobs"
+  ctest --test-dir build --output-on-failure -j "$jobs" || status=$?
 else
-  ctest --preset default -j "$jobs"
+  ctest --preset default -j "$jobs" || status=$?
 fi
+echo "test.sh: finished in ${SECONDS} s (exit status $status)" >&2
+exit "$status"

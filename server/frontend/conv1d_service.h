@@ -20,6 +20,13 @@
 // The registry RPCs (RegisterWeights, UnregisterWeights, ListWeights) and
 // ServerInfo are answered inline: they touch only host memory.
 //
+// With ServiceOptions::auth, every call first authenticates its bearer token
+// (auth.h): UNAUTHENTICATED without a valid one, before the request is even
+// parsed; compute calls naming a weight set the principal may not use, and
+// weight changes its role does not allow, are PERMISSION_DENIED. Weight
+// changes (register, replace, unregister; allowed or not) carry the
+// principal, the action and the set's name into their access log line.
+//
 // Every call gets a request id (request_log.h), returned as the trailer
 // `x-request-id` and named in the call's debug line and access log line.
 //
@@ -50,6 +57,7 @@
 #include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
 #include "server/core/session_manager.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/request_log.h"
 #include "server/frontend/session_calls.h"
 #include "server/frontend/validation.h"
@@ -63,6 +71,8 @@ struct ServiceOptions {
   std::string version;
   // One line per finished call; null: no access log.
   std::shared_ptr<AccessLog> access_log;
+  // Bearer-token authentication; null: none (every call may do everything).
+  std::shared_ptr<const Authenticator> auth;
   // Compute-request tensors of at least this many bytes are received into,
   // and outputs sent from, the backend's HostBufferProvider memory rather than
   // protobuf strings (wire_tensors.h) when host_tensors says so; -1: never.
@@ -151,8 +161,8 @@ class Conv1dService final : public RawConv1dService {
                                     grpc::ByteBuffer* response, Validate validate,
                                     Bind bind);
 
-  // Parses and answers a call handled inline: `handle` fills the response
-  // message or returns an error.
+  // Parses and answers a call handled inline: `handle(request, &response,
+  // &call_info)` fills the response message or returns an error.
   template <typename Request, typename Response, typename Handle>
   grpc::ServerUnaryReactor* Inline(const char* method,
                                    grpc::CallbackServerContext* context,
@@ -168,11 +178,17 @@ class Conv1dService final : public RawConv1dService {
     // The parsed request, described in the debug line; null when it did not
     // parse. Must stay valid until Finish returns.
     const google::protobuf::Message* request = nullptr;
+    // The authenticated caller; empty name when the service has no auth.
+    Principal principal;
+    // Weight changes: "register", "replace" or "unregister", and the set.
+    const char* audit_action = "";
+    std::string audit_weights;
   };
 
-  // Starts a call: its start time, observer report and request id.
+  // Starts a call: its start time, observer report and request id; with
+  // auth, the caller's principal or `*auth_status` UNAUTHENTICATED.
   CallInfo Begin(const char* method, grpc::CallbackServerContext* context,
-                 const grpc::ByteBuffer* request);
+                 const grpc::ByteBuffer* request, absl::Status* auth_status);
 
   // Serializes `message` (when `status` is OK) into `response`, reports and
   // logs the outcome, sends the request id and finishes the call, with a

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_writer.h"
+#include "server/frontend/request_log.h"
 #include "server/frontend/status_mapping.h"
 #include "server/frontend/wire_tensors.h"
 
@@ -32,16 +33,21 @@ absl::Status CheckOwnId(const std::string& id, const Session& session,
 }  // namespace
 
 DecodeStream::DecodeStream(grpc::CallbackServerContext* context, SessionCalls* calls,
-                           Observer* observer)
+                           Observer* observer, std::string request_id,
+                           AccessLog* access_log)
     : context_(context),
       calls_(calls),
       observer_(observer),
+      request_id_(std::move(request_id)),
+      access_log_(access_log),
       start_(absl::Now()),
       deadline_(DeadlineOf(*context)) {}
 
 DecodeStream* DecodeStream::Start(grpc::CallbackServerContext* context, SessionCalls* calls,
-                                  Observer* observer) {
-  std::shared_ptr<DecodeStream> stream(new DecodeStream(context, calls, observer));
+                                  Observer* observer, std::string request_id,
+                                  AccessLog* access_log) {
+  std::shared_ptr<DecodeStream> stream(
+      new DecodeStream(context, calls, observer, std::move(request_id), access_log));
   stream->self_ = stream;
   observer->OnRequestStart(kMethod);
   if (calls->draining()) {
@@ -215,8 +221,18 @@ void DecodeStream::End(const absl::Status& status, const grpc::ByteBuffer* last)
   }
   if (session_ != nullptr) calls_->manager()->Close(*session_).IgnoreError();
   const int64_t last_bytes = last != nullptr ? static_cast<int64_t>(last->Length()) : 0;
-  observer_->OnRequestDone(kMethod, status.code(), absl::Now() - start_, bytes_received_,
+  const absl::Duration latency = absl::Now() - start_;
+  observer_->OnRequestDone(kMethod, status.code(), latency, bytes_received_,
                            bytes_sent_ + last_bytes);
+  FinishedCall finished;
+  finished.method = kMethod;
+  finished.request_id = request_id_;
+  finished.status = status;
+  finished.latency = latency;
+  finished.request_bytes = bytes_received_;
+  finished.response_bytes = bytes_sent_ + last_bytes;
+  LogFinishedCall(finished, context_, access_log_);
+  context_->AddTrailingMetadata(kRequestIdKey, request_id_);
   if (last != nullptr) {
     StartWriteAndFinish(last, grpc::WriteOptions(), ToGrpcStatus(status));
   } else {

@@ -15,6 +15,9 @@
 // with `draining` set, close the session and end with UNAVAILABLE, so the
 // client can open the same state on another replica.
 //
+// Each stream is one call for the request log: the `x-request-id` trailer,
+// one access log line and the method's metrics when it ends.
+//
 // Lifetime: Start() creates the reactor, owned by itself until OnDone (and,
 // briefly, by a drain that holds a reference).
 // Thread-safety: gRPC reactions, on_done callbacks and Drain may run on
@@ -33,6 +36,7 @@
 #include "server/core/observer.h"
 #include "server/core/session_manager.h"
 #include "server/frontend/session_calls.h"
+#include "server/logging/access_log.h"
 
 namespace conv1d {
 
@@ -41,8 +45,11 @@ class DecodeStream final
       public std::enable_shared_from_this<DecodeStream> {
  public:
   // Starts serving `context`'s call; the returned reactor lives until OnDone.
+  // `request_id` goes back as the `x-request-id` trailer and names the call
+  // in its log lines; `access_log` may be null.
   static DecodeStream* Start(grpc::CallbackServerContext* context, SessionCalls* calls,
-                             Observer* observer);
+                             Observer* observer, std::string request_id,
+                             AccessLog* access_log);
 
   // See the header. Thread-safe; idempotent.
   void Drain();
@@ -57,7 +64,7 @@ class DecodeStream final
   enum class Phase { kReading, kBusy, kFinished };
 
   DecodeStream(grpc::CallbackServerContext* context, SessionCalls* calls,
-               Observer* observer);
+               Observer* observer, std::string request_id, AccessLog* access_log);
 
   // Handles req_ (phase kBusy); ends with Reply.
   void Handle();
@@ -75,6 +82,8 @@ class DecodeStream final
   grpc::CallbackServerContext* const context_;
   SessionCalls* const calls_;
   Observer* const observer_;
+  const std::string request_id_;
+  AccessLog* const access_log_;  // may be null
   const absl::Time start_;
   const absl::Time deadline_;
   std::shared_ptr<DecodeStream> self_;  // released in OnDone

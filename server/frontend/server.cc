@@ -9,6 +9,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/core/clock.h"
 #include "server/frontend/conv1d_service.h"
+#include "server/frontend/listen_address.h"
 #include "server/metrics/prometheus_observer.h"
 #include "spdlog/spdlog.h"
 
@@ -25,8 +26,17 @@ namespace {
 constexpr char kServiceName[] = "conv1d.v1.Conv1d";
 
 absl::Status CheckOptions(const ServerOptions& o) {
-  if (o.listen_address.empty()) {
-    return absl::InvalidArgumentError("listen: must not be empty");
+  if (absl::Status s = CheckListenAddress("listen", o.listen_address); !s.ok()) return s;
+  if (!o.metrics_listen_address.empty() && o.observer == nullptr) {
+    if (absl::Status s = CheckListenAddress("metrics_listen", o.metrics_listen_address);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (o.auth != nullptr && !o.auth_health_open && !o.tls.enabled()) {
+    return absl::InvalidArgumentError(
+        "--auth_health_open=false: needs --tls_cert and --tls_key (the check that "
+        "covers health and reflection runs on TLS listeners only)");
   }
   if (o.max_message_bytes < kMinMessageBytes || o.max_message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -82,6 +92,10 @@ std::string ServerVersion() {
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  if (absl::Status s = CheckTlsFiles(options.metrics_tls, "metrics_tls_"); !s.ok()) return s;
   std::unique_ptr<Server> server(new Server());
   server->drain_grace_ = options.drain_grace;
 
@@ -95,6 +109,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     metrics_options.listen_address = options.metrics_listen_address;
     metrics_options.version = CONV1D_VERSION;
     metrics_options.git_sha = CONV1D_GIT_SHA;
+    metrics_options.tls_cert_file = options.metrics_tls.cert_file;
+    metrics_options.tls_key_file = options.metrics_tls.key_file;
+    metrics_options.tls_client_ca_file = options.metrics_tls.client_ca_file;
     absl::StatusOr<std::unique_ptr<PrometheusObserver>> prom =
         PrometheusObserver::Create(metrics_options);
     if (!prom.ok()) return prom.status();
@@ -151,6 +168,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   ServiceOptions service_options;
   service_options.version = ServerVersion();
   service_options.access_log = options.access_log;
+  service_options.auth = options.auth;
   service_options.host_tensor_min_bytes = options.host_tensor_min_bytes;
   service_options.host_tensors = options.host_tensors;
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
@@ -164,8 +182,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->bound_port_);
+  if (options.auth != nullptr && !options.auth_health_open) {
+    (*credentials)->SetAuthMetadataProcessor(
+        std::make_shared<TokenAuthProcessor>(options.auth.get()));
+  }
+  builder.AddListeningPort(options.listen_address, *credentials, &server->bound_port_);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
+  // same port and take half of its connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_connection_age_ms > 0) {
@@ -180,8 +204,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (server->grpc_server_ == nullptr || server->bound_port_ == 0) {
     if (server->grpc_server_ != nullptr) server->grpc_server_->Shutdown();
     server->grpc_server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot serve gRPC on ", options.listen_address));
+    const std::string why = BindError(options.listen_address);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: cannot serve gRPC on ", options.listen_address,
+                     why.empty() ? "" : absl::StrCat(": ", why)));
   }
   server->SetServing(true);
   server->health_watch_ = std::thread([s = server.get()] { s->WatchBackendHealth(); });

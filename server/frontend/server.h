@@ -35,7 +35,9 @@
 #include "server/core/session_manager.h"
 #include "server/core/state_slots.h"
 #include "server/core/weight_registry.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/backend_factory.h"
+#include "server/frontend/tls.h"
 #include "server/frontend/wire_tensors.h"
 #include "server/logging/access_log.h"
 
@@ -50,9 +52,25 @@ inline constexpr int64_t kMaxConnectionAgeMs = 0x7fffffff;
 
 struct ServerOptions {
   // host:port of the gRPC listener; port 0 picks a free one (bound_port()).
-  std::string listen_address = "0.0.0.0:50051";
+  // Loopback by default: a container or host that serves others passes
+  // 0.0.0.0 (or [::]) explicitly. The port is never shared (no
+  // SO_REUSEPORT): a taken port fails Create.
+  std::string listen_address = "127.0.0.1:50051";
   // host:port of the Prometheus endpoint; empty serves no metrics.
-  std::string metrics_listen_address = "0.0.0.0:8002";
+  std::string metrics_listen_address = "127.0.0.1:8002";
+  // TLS (and with a client CA, mTLS) of the gRPC listener; plaintext when
+  // empty (tls.h).
+  TlsOptions tls;
+  // TLS of the metrics endpoint (same fields; reload_interval_s unused:
+  // its certificate and key are re-read when their files change).
+  TlsOptions metrics_tls;
+  // Bearer-token authentication (auth.h); null: every call is allowed.
+  // Shared so that the owner (conv1d_server's SIGHUP handler) can Reload it.
+  std::shared_ptr<const Authenticator> auth;
+  // With `auth`: whether grpc.health.v1 and reflection answer without a
+  // token (probes). false needs `tls` (gRPC runs the check that covers
+  // every service on TLS listeners only).
+  bool auth_health_open = true;
   // Which backend, its threads and lanes (backend_factory.h).
   BackendChoice backend;
   SchedulerOptions scheduler;
@@ -109,9 +127,10 @@ std::string ServerVersion();
 
 class Server {
  public:
-  // INVALID_ARGUMENT naming the option for a bad value; the backend's, the
-  // scheduler's or the metrics endpoint's error; UNAVAILABLE when the
-  // listener cannot bind.
+  // INVALID_ARGUMENT naming the option for a bad value (also for a listen
+  // address that is not host:port with a port in 0..65535, and for a port
+  // that cannot be bound, e.g. taken); the backend's or the scheduler's
+  // error.
   static absl::StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
   ~Server();
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/segment_check.h"
 #include "server/core/task.h"
 #include "server/frontend/decode_stream.h"
 
@@ -28,11 +29,13 @@ OutputView BindWireOutput(DType dtype, const Shape& shape, v1::Tensor* t) {
 
 SessionCalls::SessionCalls(SessionManager* manager, Scheduler* scheduler,
                            WeightRegistry* registry, const ValidationLimits& limits,
+                           const BackendLimits& backend_limits,
                            std::atomic<uint64_t>* task_ids)
     : manager_(manager),
       scheduler_(scheduler),
       registry_(registry),
       limits_(limits),
+      backend_limits_(backend_limits),
       task_ids_(task_ids) {}
 
 void SessionCalls::Open(const v1::OpenSessionRequest& request, absl::string_view prefix,
@@ -75,6 +78,11 @@ void SessionCalls::Step(std::shared_ptr<Session> session, const v1::Tensor& x, b
   auto task = std::make_unique<Task>();
   status = manager_->BeginStep(*session, xv, yv, &task->key, &task->segment);
   if (!status.ok()) return done(status);
+  status = CheckServable(backend_limits_, task->key, task->segment);
+  if (!status.ok()) {
+    manager_->EndStep(*session, status, /*reached_backend=*/false);
+    return done(status);
+  }
   task->id = task_ids_->fetch_add(1, std::memory_order_relaxed);
   task->deadline = deadline;
   task->cancelled = std::move(cancelled);

@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "conv1d/v1/conv1d.pb.h"
+#include "server/core/backend.h"
 #include "server/core/scheduler.h"
 #include "server/core/session_manager.h"
 #include "server/core/weight_registry.h"
@@ -45,9 +46,11 @@ class SessionCalls {
  public:
   using Done = absl::AnyInvocable<void(const absl::Status&)>;
 
-  // `task_ids` numbers the tasks (shared with the other compute calls).
+  // `task_ids` numbers the tasks (shared with the other compute calls);
+  // steps are checked against `backend_limits` like any request.
   SessionCalls(SessionManager* manager, Scheduler* scheduler, WeightRegistry* registry,
-               const ValidationLimits& limits, std::atomic<uint64_t>* task_ids);
+               const ValidationLimits& limits, const BackendLimits& backend_limits,
+               std::atomic<uint64_t>* task_ids);
 
   SessionManager* manager() const { return manager_; }
 
@@ -85,6 +88,7 @@ class SessionCalls {
   Scheduler* const scheduler_;
   WeightRegistry* const registry_;
   const ValidationLimits limits_;
+  const BackendLimits backend_limits_;
   std::atomic<uint64_t>* const task_ids_;
 
   mutable absl::Mutex mu_;

@@ -47,11 +47,13 @@ grpc::ServerUnaryReactor* Conv1dService::SessionCall(const char* method,
                                                      const grpc::ByteBuffer* request,
                                                      grpc::ByteBuffer* response,
                                                      Handle handle) {
-  CallInfo info = Begin(method, context, request);
+  absl::Status status;
+  CallInfo info = Begin(method, context, request, &status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto call = std::make_shared<UnaryCall<Request, Response>>();
-  absl::Status status = sessions_ != nullptr ? ParseMessage(*request, &call->request)
-                                             : NoSessions();
+  if (status.ok()) {
+    status = sessions_ != nullptr ? ParseMessage(*request, &call->request) : NoSessions();
+  }
   if (!status.ok()) {
     if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
     Finish(reactor, context, info, nullptr, response, status, /*retry_hint=*/false);
@@ -83,7 +85,12 @@ int Conv1dService::DrainSessionStreams() {
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Conv1dService::Decode(
     grpc::CallbackServerContext* context) {
   if (sessions_ == nullptr) return new RefusedStream(NoSessions());
-  return DecodeStream::Start(context, sessions_.get(), observer_);
+  if (options_.auth != nullptr) {
+    absl::StatusOr<Principal> principal = options_.auth->Authenticate(context->client_metadata());
+    if (!principal.ok()) return new RefusedStream(principal.status());
+  }
+  return DecodeStream::Start(context, sessions_.get(), observer_,
+                             request_ids_.Next(*context), options_.access_log.get());
 }
 
 grpc::ServerUnaryReactor* Conv1dService::OpenSession(grpc::CallbackServerContext* context,
