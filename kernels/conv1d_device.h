@@ -59,6 +59,13 @@ inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
   return k;
 }
 
+// See WidthSwitch (conv1d_internal.h).
+template <class F>
+__host__ __device__ __forceinline__ void BoolSwitch(bool b, F&& f) {
+  if (b) f(detail::Bool<true>{});
+  else f(detail::Bool<false>{});
+}
+
 inline unsigned GridFor(int64_t blocks) {
   if (blocks < 1) blocks = 1;
   return static_cast<unsigned>(blocks < detail::kMaxGridBlocks ? blocks : detail::kMaxGridBlocks);
@@ -70,18 +77,24 @@ inline unsigned GridFor(int64_t blocks) {
 // check reads the second line and the team then starts from the first.
 // Reading x (every segment has one) within the check requests the first
 // line beside the check's own loads instead of after the check (the
-// check's `vec` test still comes first). CONV1D_SEG_LINES_TOGETHER=0 turns
-// it off (tuning only).
-#ifndef CONV1D_SEG_LINES_TOGETHER
-#define CONV1D_SEG_LINES_TOGETHER 1
-#endif
+// check's `vec` test still comes first).
 __device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
-#if CONV1D_SEG_LINES_TOGETHER
   return seg.in(Role::kX) != nullptr;
-#else
-  (void)seg;
-  return true;
-#endif
+}
+
+// Which kernel family a channel-first tile belongs to: short-row vector
+// segments (rows_per_tile > 1) go to the short-row kernels and, in 16-bit
+// types, long-row vector segments to the stream kernels (the backward's
+// walked ones, ws_partial_offset < 0, to bwd_cf_walk_kernel); the long-row
+// kernels take the rest. Each kernel skips the others' tiles, so each gets
+// its own register allocation.
+__device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
+  return seg.vec && seg.rows_per_tile > 1;
+}
+
+template <class T>
+__device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
+  return sizeof(typename T::S) == 2 && seg.vec && seg.rows_per_tile == 1;
 }
 
 // Index of the segment that owns `tile`: the last one whose tile_begin is
@@ -153,6 +166,12 @@ __device__ __forceinline__ int64_t mod_fast(int64_t a, int64_t b) {
     return static_cast<int64_t>(static_cast<uint32_t>(a) % static_cast<uint32_t>(b));
   }
   return a % b;
+}
+
+// Element index within a segment, in memory order of the layout.
+__device__ __forceinline__ int64_t elem_index(bool cl, int64_t b, int64_t d, int64_t t,
+                                              int64_t D, int64_t L) {
+  return cl ? (b * L + t) * D + d : (b * D + d) * L + t;
 }
 
 __device__ __forceinline__ float act_fwd(float z, bool silu) { return silu ? silu_f(z) : z; }

@@ -27,6 +27,99 @@ int32_t ChoosePath(const Conv1dProblem& p) {
   return p.layout == KernelLayout::kChannelFirst ? kPathFastChannelFirst : kPathFastChannelLast;
 }
 
+// Short rows: lanes per row (a power of two >= 4) for a row of nvec
+// vectors (or elements), nvec <= kTeam.
+int32_t ShortLanes(int64_t nvec) {
+  int32_t lpr = kTeam;
+  while (lpr > kMinLanesPerRow && nvec <= lpr / 2) lpr /= 2;
+  return lpr;
+}
+
+// Whether the channel-first vector path may take a row of length L,
+// alignment aside: whole 16-byte vectors, and kernels that pass the halo
+// from lane to lane (the backward, short rows) need it within one vector;
+// the forward's long rows load it themselves.
+bool CfVecShape(const Conv1dProblem& p, int64_t L) {
+  const int64_t ne = 16 / ElemBytes(p.x_type);
+  const bool bwd = p.op == KernelOp::kBackward;
+  return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || (!bwd && L / ne > kTeam));
+}
+
+// The channel-first fast path's layout of a segment of B rows of length L
+// on the vector (vec) or scalar path: its scheduling fields, its tiles and
+// (backward, unless direct) its dweight partials in floats.
+struct CfLayout {
+  int32_t per_lane = 1;
+  int32_t lanes_per_row = kTeam;
+  int32_t rows_per_tile = 1;
+  int64_t nchunks = 1;
+  int64_t tiles = 0;
+  int64_t floats = 0;
+  bool walk = false;    // backward: one tile per channel walks its B rows
+  bool direct = false;  // backward: the main kernel stores dweight itself
+};
+
+CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
+                         int64_t short_steps) {
+  const bool bwd = p.op == KernelOp::kBackward;
+  const int64_t esize = ElemBytes(p.x_type);
+  const int64_t D = p.dim, W = p.width;
+  const int64_t ne = 16 / esize;
+  CfLayout c;
+  const int64_t n_el = vec ? ne : 1;
+  const int64_t max_v = bwd ? MaxPerLaneBwd(static_cast<int>(esize), p.width) : kMaxPerLaneFwd;
+  const int64_t nvec = CeilDiv(L, n_el);
+  const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
+  c.per_lane = static_cast<int32_t>(v);
+  c.nchunks = CeilDiv(L, kTeam * v * n_el);
+  if (v == 1 && c.nchunks == 1) {
+    // Short rows: several rows per team and, when a row needs at most
+    // half a team, several rows per slot (lanes_per_row lanes each).
+    const int32_t lpr = ShortLanes(nvec);
+    c.lanes_per_row = lpr;
+    c.rows_per_tile = static_cast<int32_t>(max_v) * (kTeam / lpr);
+    if (vec) {
+      // fwd/bwd_cf_short_kernel: short_steps steps of kTeam / lpr rows, at
+      // most kTeam rows and at least 2 (rows_per_tile > 1 marks the kind).
+      int64_t st = short_steps;
+      while (st > 1 && st * (kTeam / lpr) > kTeam) st /= 2;
+      if (st * (kTeam / lpr) < 2) st = 2;
+      c.rows_per_tile = static_cast<int32_t>(st * (kTeam / lpr));
+    }
+    c.tiles = CeilDiv(B * D, c.rows_per_tile);
+    // Short-row vector segments of one batch row per channel: the lane
+    // group of a row sums its whole dweight and stores it (no partials).
+    c.direct = bwd && vec && B == 1;
+  } else {
+    if (esize == 2 && vec) {
+      // fwd/bwd_cf_stream_kernel: chunks of at most k*StreamSteps steps,
+      // the row's steps spread evenly over them; or, backward, when the B
+      // rows of a channel are single chunks and short enough together, one
+      // team per channel walking them (walk; marked by ws_partial_offset =
+      // -1, which no other long-row segment has).
+      const int64_t steps = CeilDiv(nvec, kTeam);
+      const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
+      const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
+      c.per_lane = static_cast<int32_t>(per);
+      c.nchunks = CeilDiv(steps, per);
+      if (bwd && c.nchunks == 1 && B * steps <= kBwdWalkSteps) {
+        c.walk = true;
+        c.direct = true;
+      }
+    }
+    c.tiles = c.walk ? D : B * D * c.nchunks;
+  }
+  if (bwd && !c.direct) c.floats = D * B * c.nchunks * (W + 1);
+  return c;
+}
+
+// Channel-last fast path: time chunks per row.
+int64_t ClChunks(const Conv1dProblem& p, int64_t L) {
+  const bool bwd = p.op == KernelOp::kBackward;
+  const int64_t steps = bwd ? kClStepsBwd : ClStepsFwd(ElemBytes(p.x_type));
+  return CeilDiv(L, kClRows * steps);
+}
+
 }  // namespace
 
 bool Conv1dStreamsInPlace(const Conv1dProblem& p, int64_t seqlen, int64_t state_len) {
@@ -44,26 +137,35 @@ bool Conv1dStreamsInPlace(const Conv1dProblem& p, int64_t seqlen, int64_t state_
   if (p.op != KernelOp::kForward || ChoosePath(p) != kPathFastChannelFirst || seqlen < 1) {
     return false;
   }
+  if (!HaloInVector(p.width, static_cast<int>(ne))) return seqlen <= kTeam;  // scalar only
   return seqlen % ne != 0 ? seqlen <= kTeam : seqlen <= kTeam * ne;
 }
 
-hipError_t Conv1dCanImplement(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {
-  if (segs == nullptr || n < 1) return hipErrorInvalidValue;
+namespace {
+
+bool ProblemValid(const Conv1dProblem& p) {
   if (!ValidType(p.x_type) || !ValidType(p.weight_type) || !ValidType(p.grad_weight_type)) {
-    return hipErrorInvalidValue;
+    return false;
   }
-  if (p.weight_type != ScalarType::kF32 && p.weight_type != p.x_type) return hipErrorInvalidValue;
+  if (p.weight_type != ScalarType::kF32 && p.weight_type != p.x_type) return false;
   if (p.op == KernelOp::kBackward && p.grad_weight_type != ScalarType::kF32 &&
       p.grad_weight_type != p.weight_type) {
-    return hipErrorInvalidValue;
+    return false;
   }
-  if (p.dim < 1 || p.width < 1 || p.width > kMaxKernelWidth) return hipErrorInvalidValue;
+  if (p.dim < 1 || p.width < 1 || p.width > kMaxKernelWidth) return false;
   if (p.op != KernelOp::kForward && p.op != KernelOp::kBackward && p.op != KernelOp::kUpdate) {
-    return hipErrorInvalidValue;
+    return false;
   }
   if (p.layout != KernelLayout::kChannelFirst && p.layout != KernelLayout::kChannelLast) {
-    return hipErrorInvalidValue;
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+hipError_t Conv1dCanImplement(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {
+  if (segs == nullptr || n < 1 || !ProblemValid(p)) return hipErrorInvalidValue;
   const bool states = p.width > 1;  // W = 1 has no state slots
   for (int32_t i = 0; i < n; ++i) {
     const Conv1dSegment& s = segs[i];
@@ -106,13 +208,6 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   // Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
-  // Short rows: lanes per row (a power of two >= 4) for a row of nvec
-  // vectors (or elements), nvec <= kTeam.
-  auto short_lanes = [](int64_t nvec) {
-    int32_t lpr = kTeam;
-    while (lpr > kMinLanesPerRow && nvec <= lpr / 2) lpr /= 2;
-    return lpr;
-  };
   // Short-row vector tiles (fwd/bwd_cf_short_kernel) hold up to
   // k*ShortSteps steps; fewer when the launch's short rows would make fewer
   // than k*ShortTiles tiles. Tiling does not change any result (each row
@@ -126,8 +221,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     int64_t total = 0;
     for (int32_t i = 0; i < n; ++i) {
       const int64_t L = segs[i].seqlen;
-      if (L % ne != 0 || L > kTeam * ne) continue;  // not a short vector row
-      total += CeilDiv(segs[i].batch * D, kTeam / short_lanes(L / ne));
+      if (!CfVecShape(p, L) || L > kTeam * ne) continue;  // not a short vector row
+      total += CeilDiv(segs[i].batch * D, kTeam / ShortLanes(L / ne));
     }
     while (short_steps * 2 <= cap && total / (short_steps * 2) >= target) {
       short_steps *= 2;
@@ -146,60 +241,21 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     s.rows_per_tile = 1;
     bool walk = false;  // backward: one tile per channel walks its B rows
     if (path == kPathFastChannelFirst) {
-      const int64_t ne = 16 / esize;
-      const bool vec = L % ne == 0 && Aligned(s.in(Role::kX), 16) &&
-                       (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16) : Aligned(s.out(Role::kY), 16));
-      const int64_t n_el = vec ? ne : 1;
-      const int64_t max_v = bwd ? MaxPerLaneBwd(static_cast<int>(esize)) : kMaxPerLaneFwd;
-      const int64_t nvec = CeilDiv(L, n_el);
-      const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
+      const bool vec = CfVecShape(p, L) && Aligned(s.in(Role::kX), 16) &&
+                       (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16)
+                            : Aligned(s.out(Role::kY), 16));
+      const CfLayout c = CfSegmentLayout(p, B, L, vec, short_steps);
       s.vec = vec;
-      s.per_lane = static_cast<int32_t>(v);
-      s.nchunks = CeilDiv(L, kTeam * v * n_el);
-      s.lanes_per_row = kTeam;
-      bool direct = false;
-      if (v == 1 && s.nchunks == 1) {
-        // Short rows: several rows per team and, when a row needs at most
-        // half a team, several rows per slot (lanes_per_row lanes each).
-        const int32_t lpr = short_lanes(nvec);
-        s.lanes_per_row = lpr;
-        s.rows_per_tile = static_cast<int32_t>(max_v) * (kTeam / lpr);
-        if (vec) {
-          // fwd/bwd_cf_short_kernel: short_steps steps of kTeam / lpr rows, at
-          // most kTeam rows and at least 2 (rows_per_tile > 1 marks the
-          // kind).
-          int64_t st = short_steps;
-          while (st > 1 && st * (kTeam / lpr) > kTeam) st /= 2;
-          if (st * (kTeam / lpr) < 2) st = 2;
-          s.rows_per_tile = static_cast<int32_t>(st * (kTeam / lpr));
-        }
-        tiles += CeilDiv(B * D, s.rows_per_tile);
-        // Short-row vector segments of one batch row per channel: the lane
-        // group of a row sums its whole dweight and stores it (no partials).
-        direct = bwd && vec && B == 1;
-      } else {
-        if (esize == 2 && vec) {
-          // fwd/bwd_cf_stream_kernel: chunks of at most k*StreamSteps
-          // steps, the row's steps spread evenly over them; or, backward,
-          // when the B rows of a channel are single chunks and short enough
-          // together, one team per channel walking them (walk; marked by
-          // ws_partial_offset = -1, which no other long-row segment has).
-          const int64_t steps = CeilDiv(nvec, kTeam);
-          const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
-          const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
-          s.per_lane = static_cast<int32_t>(per);
-          s.nchunks = CeilDiv(steps, per);
-          if (bwd && s.nchunks == 1 && B * steps <= kBwdWalkSteps) {
-            walk = true;
-            direct = true;
-          }
-        }
-        tiles += walk ? D : B * D * s.nchunks;
-      }
-      if (direct) {
+      s.per_lane = c.per_lane;
+      s.nchunks = c.nchunks;
+      s.lanes_per_row = c.lanes_per_row;
+      s.rows_per_tile = c.rows_per_tile;
+      walk = c.walk;
+      tiles += c.tiles;
+      if (c.direct) {
         s.ws_partial_offset = -1;
       } else if (bwd) {
-        floats += D * B * s.nchunks * (W + 1);
+        floats += c.floats;
         reduce = true;
       }
     } else if (path == kPathFastChannelLast) {
@@ -209,9 +265,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
                        (bwd ? Aligned(s.in(Role::kDout), vb) && Aligned(s.out(Role::kDx), vb) : Aligned(s.out(Role::kY), vb));
       const int64_t nD = vec ? D / kN : D;
       const int64_t ndb = CeilDiv(nD, kClCols);
-      const int64_t steps = bwd ? kClStepsBwd : ClStepsFwd(static_cast<int>(esize));
       s.vec = vec;
-      s.nchunks = CeilDiv(L, kClRows * steps);
+      s.nchunks = ClChunks(p, L);
       tiles += B * s.nchunks * ndb;
       if (bwd) floats += D * B * s.nchunks * (W + 1);
       reduce = reduce || bwd;
@@ -254,6 +309,35 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->walk_tile_end = hi[3];
   plan->reduce_dw = reduce ? 1 : 0;
   return hipSuccess;
+}
+
+int64_t Conv1dWorkspaceBytes(const Conv1dProblem& p, const Conv1dSegmentSize* sizes, int32_t n) {
+  if (sizes == nullptr || n < 1 || !ProblemValid(p)) return -1;
+  for (int32_t i = 0; i < n; ++i) {
+    if (sizes[i].batch < 1 || sizes[i].seqlen < 1) return -1;
+  }
+  if (p.op != KernelOp::kBackward) return 0;
+  const int32_t path = ChoosePath(p);
+  const int64_t D = p.dim, W = p.width;
+  int64_t floats = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const int64_t B = sizes[i].batch, L = sizes[i].seqlen;
+    if (path == kPathFastChannelFirst) {
+      // Either path, whichever the pointers' alignment allows (the
+      // partials do not depend on the short-row step count).
+      int64_t f = CfSegmentLayout(p, B, L, /*vec=*/false, 1).floats;
+      if (CfVecShape(p, L)) {
+        const int64_t fv = CfSegmentLayout(p, B, L, /*vec=*/true, 1).floats;
+        f = fv > f ? fv : f;
+      }
+      floats += f;
+    } else if (path == kPathFastChannelLast) {
+      floats += D * B * ClChunks(p, L) * (W + 1);
+    } else {
+      floats += B * D * L;
+    }
+  }
+  return floats * 4;
 }
 
 hipError_t Conv1dRun(const Conv1dProblem& p, const Conv1dPlanInfo& plan,

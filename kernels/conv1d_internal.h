@@ -27,253 +27,236 @@ enum Path : int32_t {
 inline constexpr int kTeam = 32;
 inline constexpr int kMinLanesPerRow = 4;
 inline constexpr int kTeamsPerBlock = 8;
-// Forward vectors per lane (16-bit long vector rows use fwd_cf_stream_kernel
-// instead, below).
-inline constexpr int kMaxPerLaneFwd = 4;
-// Backward, vectors per lane by element size: 4 at 128 registers (2
-// blocks/SM) or 2 at 80 (3 blocks/SM). CONV1D_BWD_SLOTS (fp32) and
-// CONV1D_BWD_SLOTS_16 (fp16/bf16) pick them at build time (tuning only).
-// 16-bit long rows on the vector path use bwd_cf_stream_kernel instead
-// (below); for 16-bit types these apply to short rows and the scalar path.
-#ifndef CONV1D_BWD_SLOTS
-#define CONV1D_BWD_SLOTS 4
-#endif
-#ifndef CONV1D_BWD_SLOTS_16
-#define CONV1D_BWD_SLOTS_16 4
-#endif
-constexpr int MaxPerLaneBwd(int elem_bytes) {
-  return elem_bytes == 4 ? CONV1D_BWD_SLOTS : CONV1D_BWD_SLOTS_16;
-}
-constexpr int BwdMinBlocks(int elem_bytes) { return MaxPerLaneBwd(elem_bytes) > 2 ? 2 : 3; }
-// Channel-first backward of 16-bit long rows on the vector path
-// (bwd_cf_stream_kernel): a team walks one chunk of a row, per_lane steps of
-// kTeam vectors, with the loads of the next kBwdStreamPrefetch steps in
-// flight (asynchronous copies into a shared-memory ring of
-// kBwdStreamPrefetch + 1 slots of 1 KiB per team, 40 KiB per block at 4).
-// The planner gives a chunk at most kBwdStreamSteps steps. Launch bounds:
-// 256 threads, CONV1D_BWD_STREAM_MIN_BLOCKS blocks/SM (2: up to 128
-// registers). CONV1D_BWD_STREAM_* override these at build time (tuning
-// only; the ring stays within 48 KiB of static shared memory, PREFETCH <= 5).
-#ifndef CONV1D_BWD_STREAM_STEPS
-#define CONV1D_BWD_STREAM_STEPS 16
-#endif
-#ifndef CONV1D_BWD_STREAM_PREFETCH
-#define CONV1D_BWD_STREAM_PREFETCH 4
-#endif
-#ifndef CONV1D_BWD_STREAM_MIN_BLOCKS
-#define CONV1D_BWD_STREAM_MIN_BLOCKS 2
-#endif
-inline constexpr int kBwdStreamSteps = CONV1D_BWD_STREAM_STEPS;
-inline constexpr int kBwdStreamPrefetch = CONV1D_BWD_STREAM_PREFETCH;
-static_assert(kBwdStreamPrefetch >= 1 && kBwdStreamPrefetch <= 5, "ring of 2..6 KiB per team");
-// Channel-first forward of 16-bit long rows on the vector path
-// (fwd_cf_stream_kernel): the same walk as the backward stream, x only, so
-// a ring slot is 512 B per team; kFwdStreamPrefetch steps in flight
-// (kFwdStreamPrefetch + 1 slots, 28 KiB per block at 6), chunks of at most
-// kFwdStreamSteps steps (8: more teams than whole 16-step rows, which
-// measured better), CONV1D_FWD_STREAM_MIN_BLOCKS blocks/SM in the launch
-// bounds (4: up to 64 registers). CONV1D_FWD_STREAM_* override these at
-// build time (tuning only; the ring stays within 48 KiB of static shared
-// memory, PREFETCH <= 11).
-#ifndef CONV1D_FWD_STREAM_STEPS
-#define CONV1D_FWD_STREAM_STEPS 8
-#endif
-#ifndef CONV1D_FWD_STREAM_PREFETCH
-#define CONV1D_FWD_STREAM_PREFETCH 6
-#endif
-#ifndef CONV1D_FWD_STREAM_MIN_BLOCKS
-#define CONV1D_FWD_STREAM_MIN_BLOCKS 4
-#endif
-// CONV1D_FWD_STREAM_TEAMS: teams per block of fwd_cf_stream_kernel
-// (tuning only; give CONV1D_FWD_STREAM_MIN_BLOCKS with it).
-#ifndef CONV1D_FWD_STREAM_TEAMS
-#define CONV1D_FWD_STREAM_TEAMS 8
-#endif
-inline constexpr int kFwdStreamTeams = CONV1D_FWD_STREAM_TEAMS;
-inline constexpr int kFwdStreamSteps = CONV1D_FWD_STREAM_STEPS;
-inline constexpr int kFwdStreamPrefetch = CONV1D_FWD_STREAM_PREFETCH;
-static_assert(kFwdStreamPrefetch >= 1 && kFwdStreamPrefetch <= 11, "ring of 1..6 KiB per team");
-// Backward of 16-bit long rows whose B rows of a channel hold at most
-// kBwdWalkSteps steps in all, each row a single chunk: one team per
-// channel walks the B rows and stores dweight/dbias itself
-// (no partials, no reduce_dw_kernel). 0 turns the walk off.
-// CONV1D_BWD_WALK_STEPS overrides it at build time (tuning only).
-#ifndef CONV1D_BWD_WALK_STEPS
-#define CONV1D_BWD_WALK_STEPS 32
-#endif
-inline constexpr int kBwdWalkSteps = CONV1D_BWD_WALK_STEPS;
-// Teams per block and blocks/SM in the launch bounds of
-// bwd_cf_walk_kernel (tuning only).
-#ifndef CONV1D_BWD_WALK_TEAMS
-#define CONV1D_BWD_WALK_TEAMS 8
-#endif
-#ifndef CONV1D_BWD_WALK_MIN_BLOCKS
-#define CONV1D_BWD_WALK_MIN_BLOCKS CONV1D_BWD_STREAM_MIN_BLOCKS
-#endif
-inline constexpr int kBwdWalkTeams = CONV1D_BWD_WALK_TEAMS;
-// Short-row backward kernel (bwd_cf_short_kernel, rows_per_tile > 1 on the
-// vector path): a team walks rows kTeam / lanes_per_row at a time (a step
-// of kTeam vectors), with the loads of the next kBwdShortPrefetch steps in
-// flight in a shared-memory ring (kBwdShortPrefetch + 1 slots of 1 KiB per
-// team, 40 KiB per block at 4). fp32 (BwdShortPersist false): one tile
-// per team (bwd_cf_rows_team); a tile holds at most kBwdShortSteps steps
-// and kTeam rows, fewer when the launch's short rows make fewer than
-// kBwdShortTiles tiles of that size, so that small launches still spread
-// over the device. fp16/bf16 (BwdShortPersist true): the launcher gives
-// the kernel no more blocks than the device holds at once (SM count x
-// blocks/SM below) and each team takes an even, contiguous share of the
-// tiles, walked as one run per segment with the ring running from tile to
-// tile (bwd_cf_run_team); tiles are then of one step (at least 2 rows),
-// the unit of that share. CONV1D_BWD_SHORT_PERSIST{32,16} pick this per
-// element size (default 0 / 1). Blocks per SM in the launch bounds:
-#ifndef CONV1D_BWD_SHORT_MIN_BLOCKS
-#define CONV1D_BWD_SHORT_MIN_BLOCKS 3
-#endif
-#ifndef CONV1D_BWD_SHORT_MIN_BLOCKS_16
-#define CONV1D_BWD_SHORT_MIN_BLOCKS_16 2
-#endif
-constexpr int BwdShortMinBlocks(int elem_bytes) {
-  return elem_bytes == 4 ? CONV1D_BWD_SHORT_MIN_BLOCKS : CONV1D_BWD_SHORT_MIN_BLOCKS_16;
-}
-#ifndef CONV1D_BWD_SHORT_PREFETCH
-#define CONV1D_BWD_SHORT_PREFETCH 4
-#endif
-#ifndef CONV1D_BWD_SHORT_STEPS
-#define CONV1D_BWD_SHORT_STEPS 16
-#endif
-#ifndef CONV1D_BWD_SHORT_PERSIST32
-#define CONV1D_BWD_SHORT_PERSIST32 0
-#endif
-#ifndef CONV1D_BWD_SHORT_PERSIST16
-#define CONV1D_BWD_SHORT_PERSIST16 1
-#endif
-constexpr bool BwdShortPersist(int elem_bytes) {
-  return (elem_bytes == 4 ? CONV1D_BWD_SHORT_PERSIST32 : CONV1D_BWD_SHORT_PERSIST16) != 0;
-}
-#ifndef CONV1D_BWD_SHORT_TILES
-#define CONV1D_BWD_SHORT_TILES 4096
-#endif
-inline constexpr int kBwdShortPrefetch = CONV1D_BWD_SHORT_PREFETCH;
-inline constexpr int kBwdShortSteps = CONV1D_BWD_SHORT_STEPS;
-// Steps per tile cap for the planner: one step where teams walk runs.
-constexpr int BwdShortSteps(int elem_bytes) { return BwdShortPersist(elem_bytes) ? 1 : kBwdShortSteps; }
-inline constexpr int64_t kBwdShortTiles = CONV1D_BWD_SHORT_TILES;
-static_assert(kBwdShortPrefetch >= 1 && kBwdShortPrefetch <= 5, "ring of 2..6 KiB per team");
-static_assert(kBwdShortSteps >= 1, "at least one step per tile");
-// Short-row forward kernel (fwd_cf_short_kernel): the same walk over the
-// rows of a tile, x only (ring slots of 512 B per team, 28 KiB per block at
-// 6 steps ahead), tiles of at most kFwdShortSteps steps and kTeam rows,
-// fewer when the launch would make fewer than kFwdShortTiles tiles;
-// CONV1D_FWD_SHORT_MIN_BLOCKS blocks per SM (4: up to 64 registers).
-#ifndef CONV1D_FWD_SHORT_MIN_BLOCKS
-#define CONV1D_FWD_SHORT_MIN_BLOCKS 4
-#endif
-#ifndef CONV1D_FWD_SHORT_PREFETCH
-#define CONV1D_FWD_SHORT_PREFETCH 6
-#endif
-#ifndef CONV1D_FWD_SHORT_STEPS
-#define CONV1D_FWD_SHORT_STEPS 8
-#endif
-#ifndef CONV1D_FWD_SHORT_TILES
-#define CONV1D_FWD_SHORT_TILES 4096
-#endif
-inline constexpr int kFwdShortPrefetch = CONV1D_FWD_SHORT_PREFETCH;
-inline constexpr int kFwdShortSteps = CONV1D_FWD_SHORT_STEPS;
-inline constexpr int64_t kFwdShortTiles = CONV1D_FWD_SHORT_TILES;
-static_assert(kFwdShortPrefetch >= 1 && kFwdShortPrefetch <= 11, "ring of 1..6 KiB per team");
-static_assert(kFwdShortSteps >= 1, "at least one step per tile");
 
-// Channel-last fast path: a block of 32 (channel vectors) x 8 (time chunks)
-// threads; each thread streams ClStepsFwd / kClStepsBwd time steps of its
-// channel vector (ClVec channels; the scalar path, one).
+// Tuning, one traits struct per kernel family, chosen by element size
+// (4: fp32; 2: fp16/bf16) and, where the registers a thread needs grow
+// with it, by the width W. Values only; each was measured (see
+// bench/kernels/NOTES.md). Launch bounds are 256 threads per block unless
+// a struct says otherwise; kMinBlocks is the blocks/SM they ask for (2:
+// up to 128 registers, 3: 80, 4: 64).
+
+// Forward, channel-first long rows (fwd_cf_kernel): vectors per lane.
+// 16-bit long vector rows use FwdStreamTraits instead. Past W = 4 the
+// halos and weights need more than 80 registers.
+template <int W>
+struct FwdCfTraits {
+  static constexpr int kMaxPerLane = 4;
+  static constexpr int kMinBlocks = W <= 4 ? 3 : 2;
+};
+
+// Forward of 16-bit long rows on the vector path (fwd_cf_stream_kernel): a
+// team walks one chunk of a row, per_lane steps of kTeam vectors, with the
+// loads of the next kPrefetch steps in flight (asynchronous copies into a
+// shared-memory ring of kPrefetch + 1 slots of 512 B per team, 28 KiB per
+// block at 6); chunks of at most kSteps steps (8: more teams than whole
+// 16-step rows, which measured better); kTeams teams per block; 3 blocks
+// per SM past W = 6 (more than 64 registers).
+template <int W>
+struct FwdStreamTraits {
+  static constexpr int kSteps = 8;
+  static constexpr int kPrefetch = 6;
+  static constexpr int kMinBlocks = W <= 6 ? 4 : 3;
+  static constexpr int kTeams = 8;
+  static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
+};
+
+// Forward short rows (fwd_cf_short_kernel): the same walk over the rows of
+// a tile, x only (ring slots of 512 B per team), tiles of at most kSteps
+// steps and kTeam rows, fewer when the launch would make fewer than kTiles
+// tiles. Past W = 3 the halo and the row weights need more than 64
+// registers, past W = 6 more than 80.
+template <int W>
+struct FwdShortTraits {
+  static constexpr int kMinBlocks = W <= 3 ? 4 : W <= 6 ? 3 : 2;
+  static constexpr int kPrefetch = 6;
+  static constexpr int kSteps = 8;
+  static constexpr int64_t kTiles = 4096;
+  static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
+};
+
+// Backward, channel-first long rows and the scalar path (bwd_cf_kernel):
+// vectors (or elements) per lane, 4 at 128 registers (2 blocks/SM) up to
+// W = 4; wider filters hold more halo and weights per slot, so 2 slots.
+template <int kElemBytes, int W>
+struct BwdCfTraits {
+  static constexpr int kMaxPerLane = W <= 4 ? 4 : 2;
+  static constexpr int kMinBlocks = 2;
+};
+
+// Backward of 16-bit long rows on the vector path (bwd_cf_stream_kernel):
+// as FwdStreamTraits with x and dout (ring slots of 1 KiB per team, 40 KiB
+// per block at 4).
+struct BwdStreamTraits {
+  static constexpr int kSteps = 16;
+  static constexpr int kPrefetch = 4;
+  static constexpr int kMinBlocks = 2;
+  static_assert(kPrefetch >= 1 && kPrefetch <= 5, "ring of 2..6 KiB per team");
+};
+
+// Backward of 16-bit long rows whose B rows of a channel hold at most
+// kSteps steps in all, each row a single chunk (bwd_cf_walk_kernel): one
+// team per channel walks the B rows and stores dweight/dbias itself (no
+// partials, no reduce_dw_kernel). kSteps = 0 turns the walk off.
+struct BwdWalkTraits {
+  static constexpr int kSteps = 32;
+  static constexpr int kTeams = 8;
+  static constexpr int kMinBlocks = BwdStreamTraits::kMinBlocks;
+};
+
+// Backward short rows (bwd_cf_short_kernel, rows_per_tile > 1 on the vector
+// path): a team walks rows kTeam / lanes_per_row at a time (a step of kTeam
+// vectors), the loads of the next kPrefetch steps in flight in a ring of
+// kPrefetch + 1 slots of 1 KiB per team. kPersist false (fp32): one tile
+// per team (bwd_cf_rows_team); a tile holds at most kSteps steps and kTeam
+// rows, fewer when the launch's short rows make fewer than kTiles tiles.
+// kPersist true (fp16/bf16): the launcher gives the kernel no more blocks
+// than the device holds at once (SM count x kMinBlocks) and each team takes
+// an even, contiguous share of the tiles, walked as one run per segment
+// (bwd_cf_run_team); tiles are then of one step (at least 2 rows).
+template <int kElemBytes>
+struct BwdShortTraits {
+  static constexpr int kMinBlocks = kElemBytes == 4 ? 3 : 2;
+  static constexpr int kPrefetch = 4;
+  static constexpr bool kPersist = kElemBytes != 4;
+  static constexpr int kSteps = kPersist ? 1 : 16;  // steps per tile (planner cap)
+  static constexpr int64_t kTiles = 4096;
+  static_assert(kPrefetch >= 1 && kPrefetch <= 5, "ring of 2..6 KiB per team");
+};
+
+// Channel-last fast path: a block of kClCols (channel vectors) x kClRows
+// (time chunks) threads; each thread streams kSteps time steps of its
+// channel vector (kVec channels; the scalar path, one).
 inline constexpr int kClCols = 32;
 inline constexpr int kClRows = 8;
-// Forward: steps per thread and channels per vector by element size. fp32:
-// 8 steps, all of a thread's loads issued at once (116 registers, 2
-// blocks/SM). 16-bit vector path: 16 steps walked one at a time with x of
-// the next kClFwdPrefetch16 steps in flight in a shared-memory ring
-// (fwd_cl_ring; 9 slots of 2 KiB per block at 8; 0 switches back to all
-// loads at once, in registers), 3 blocks/SM (80 registers) in the launch
-// bounds. CONV1D_CL_FWD_{STEPS16,VEC16,PREFETCH16,MIN_BLOCKS16} override
-// the 16-bit settings (tuning only; VEC16 4 or 8: 8- or 16-byte vectors).
-#ifndef CONV1D_CL_FWD_STEPS16
-#define CONV1D_CL_FWD_STEPS16 16
-#endif
-#ifndef CONV1D_CL_FWD_VEC16
-#define CONV1D_CL_FWD_VEC16 4
-#endif
-#ifndef CONV1D_CL_FWD_MIN_BLOCKS16
-#define CONV1D_CL_FWD_MIN_BLOCKS16 3
-#endif
-#ifndef CONV1D_CL_FWD_PREFETCH16
-#define CONV1D_CL_FWD_PREFETCH16 8
-#endif
-inline constexpr int kClFwdPrefetch16 = CONV1D_CL_FWD_PREFETCH16;
-constexpr int ClStepsFwd(int elem_bytes) { return elem_bytes == 4 ? 8 : CONV1D_CL_FWD_STEPS16; }
-constexpr int ClVecFwd(int elem_bytes) { return elem_bytes == 4 ? 4 : CONV1D_CL_FWD_VEC16; }
-constexpr int ClFwdMinBlocks(int elem_bytes) { return elem_bytes == 4 ? 2 : CONV1D_CL_FWD_MIN_BLOCKS16; }
-static_assert(CONV1D_CL_FWD_VEC16 == 4 || CONV1D_CL_FWD_VEC16 == 8, "8- or 16-byte vectors");
-inline constexpr int kClVecBwd = 4;
-// Backward: each thread walks kClStepsBwd steps (plus W-1 of right halo).
-// On the vector path the x and dout vectors of the next
-// ClBwdPrefetch(element size) steps are in flight while a step is computed
-// (asynchronous copies into the thread's slots of a shared-memory ring of
-// prefetch + 1 slots; 40 KiB per block for fp32 at 4, 36 KiB for 16-bit at
-// 8); the scalar path loads groups of kClGroupBwd{32,16} steps into
-// registers, the next group's loads in flight while the current one is
-// computed. Launch bounds: 256 threads, CONV1D_CL_BWD_MIN_BLOCKS blocks/SM.
-// CONV1D_CL_BWD_ROTATE=1 unrolls the ring loop by W-1 steps. CONV1D_CL_BWD_*
-// override these at build time (tuning only; the ring stays within 48 KiB
-// of static shared memory).
-#ifndef CONV1D_CL_BWD_STEPS
-#define CONV1D_CL_BWD_STEPS 64
-#endif
-#ifndef CONV1D_CL_BWD_GROUP32
-#define CONV1D_CL_BWD_GROUP32 2
-#endif
-#ifndef CONV1D_CL_BWD_GROUP16
-#define CONV1D_CL_BWD_GROUP16 4
-#endif
-#ifndef CONV1D_CL_BWD_PREFETCH32
-#define CONV1D_CL_BWD_PREFETCH32 4
-#endif
-#ifndef CONV1D_CL_BWD_PREFETCH16
-#define CONV1D_CL_BWD_PREFETCH16 8
-#endif
-#ifndef CONV1D_CL_BWD_ROTATE
-#define CONV1D_CL_BWD_ROTATE 0
-#endif
-#ifndef CONV1D_CL_BWD_MIN_BLOCKS
-#define CONV1D_CL_BWD_MIN_BLOCKS 2
-#endif
-inline constexpr int kClStepsBwd = CONV1D_CL_BWD_STEPS;
-inline constexpr int kClGroupBwd32 = CONV1D_CL_BWD_GROUP32;
-inline constexpr int kClGroupBwd16 = CONV1D_CL_BWD_GROUP16;
-constexpr int ClBwdPrefetch(int elem_bytes) {
-  return elem_bytes == 4 ? CONV1D_CL_BWD_PREFETCH32 : CONV1D_CL_BWD_PREFETCH16;
-}
-// Bytes of one block's ring (slots x {x, dout} x threads x vector).
-constexpr int ClBwdRingBytes(int elem_bytes) {
-  return (ClBwdPrefetch(elem_bytes) + 1) * 2 * kClCols * kClRows * kClVecBwd * elem_bytes;
-}
-static_assert(CONV1D_CL_BWD_PREFETCH32 >= 1 && ClBwdRingBytes(4) <= 48 * 1024, "fp32 ring");
-static_assert(CONV1D_CL_BWD_PREFETCH16 >= 1 && ClBwdRingBytes(2) <= 48 * 1024, "16-bit ring");
 
-// General path: one thread per element.
+// Forward, channel-last. fp32: 8 steps, all of a thread's loads issued at
+// once (116 registers, 2 blocks/SM). 16-bit vector path: 16 steps walked
+// one at a time with x of the next kPrefetch steps in flight in a
+// shared-memory ring (fwd_cl_ring; kPrefetch + 1 slots of 2 KiB per block),
+// 3 blocks/SM. kVec 4 or 8: 8- or 16-byte vectors. Wider filters hold
+// longer windows: one block fewer per SM past W = 6.
+template <int kElemBytes, int W = 4>
+struct FwdClTraits {
+  static constexpr int kSteps = kElemBytes == 4 ? 8 : 16;
+  static constexpr int kVec = 4;
+  static constexpr int kMinBlocks = (kElemBytes == 4 ? 2 : 3) - (W <= 6 ? 0 : 1);
+  static constexpr int kPrefetch = 8;  // 16-bit only
+  static_assert(kVec == 4 || kVec == 8, "8- or 16-byte vectors");
+};
+
+// Backward, channel-last: each thread walks kSteps steps (plus W-1 of right
+// halo). On the vector path the x and dout vectors of the next kPrefetch
+// steps are in flight while a step is computed (a shared-memory ring of
+// kPrefetch + 1 slots; 40 KiB per block for fp32 at 4, 36 KiB for 16-bit
+// at 8); the scalar path loads groups of kGroup steps into registers, the
+// next group's loads in flight while the current one is computed. kRotate
+// unrolls the ring loop by W-1 steps.
+template <int kElemBytes, int W>
+struct BwdClTraits {
+  static constexpr int kSteps = 64;
+  static constexpr int kGroup = kElemBytes == 4 ? 2 : 4;
+  static constexpr int kPrefetch = kElemBytes == 4 ? 4 : 8;
+  // Past W = 5 the windows and dweight sums of 4 channels need more than
+  // 128 registers: one block per SM rather than spills.
+  static constexpr int kMinBlocks = W <= 5 ? 2 : 1;
+  static constexpr bool kRotate = false;
+  static constexpr int kVec = 4;
+  // Bytes of one block's ring (slots x {x, dout} x threads x vector).
+  static constexpr int kRingBytes = (kPrefetch + 1) * 2 * kClCols * kClRows * kVec * kElemBytes;
+  static_assert(kPrefetch >= 1 && kRingBytes <= 48 * 1024, "the ring fits static shared memory");
+};
+
+// General path: one thread per element. Update: one thread per row
+// (kGenBlock per block), or on the vector path one per 16 bytes of x worth
+// of rows, kUpdBlock per block.
 inline constexpr int kGenBlock = 256;
-// Update: one thread per row (kGenBlock per block), or on the vector path
-// one per 16 bytes of x worth of rows, kUpdBlock per block
-// (CONV1D_UPD_BLOCK, tuning only).
-#ifndef CONV1D_UPD_BLOCK
-#define CONV1D_UPD_BLOCK 128
-#endif
-inline constexpr int kUpdBlock = CONV1D_UPD_BLOCK;
+inline constexpr int kUpdBlock = 128;
+
+// The names the kernels and the planner use.
+inline constexpr int kMaxPerLaneFwd = FwdCfTraits<4>::kMaxPerLane;
+constexpr int MaxPerLaneBwd(int elem_bytes, int width) {
+  return width <= 4 ? BwdCfTraits<4, 4>::kMaxPerLane : BwdCfTraits<4, 8>::kMaxPerLane;
+}
+inline constexpr int kBwdStreamSteps = BwdStreamTraits::kSteps;
+inline constexpr int kBwdStreamPrefetch = BwdStreamTraits::kPrefetch;
+inline constexpr int kFwdStreamTeams = FwdStreamTraits<4>::kTeams;
+inline constexpr int kFwdStreamSteps = FwdStreamTraits<4>::kSteps;
+inline constexpr int kFwdStreamPrefetch = FwdStreamTraits<4>::kPrefetch;
+inline constexpr int kBwdWalkSteps = BwdWalkTraits::kSteps;
+inline constexpr int kBwdWalkTeams = BwdWalkTraits::kTeams;
+constexpr int BwdShortMinBlocks(int elem_bytes) {
+  return elem_bytes == 4 ? BwdShortTraits<4>::kMinBlocks : BwdShortTraits<2>::kMinBlocks;
+}
+constexpr bool BwdShortPersist(int elem_bytes) {
+  return elem_bytes == 4 ? BwdShortTraits<4>::kPersist : BwdShortTraits<2>::kPersist;
+}
+inline constexpr int kBwdShortPrefetch = BwdShortTraits<4>::kPrefetch;
+constexpr int BwdShortSteps(int elem_bytes) {
+  return elem_bytes == 4 ? BwdShortTraits<4>::kSteps : BwdShortTraits<2>::kSteps;
+}
+inline constexpr int64_t kBwdShortTiles = BwdShortTraits<4>::kTiles;
+inline constexpr int kFwdShortPrefetch = FwdShortTraits<4>::kPrefetch;
+inline constexpr int kFwdShortSteps = FwdShortTraits<4>::kSteps;
+inline constexpr int64_t kFwdShortTiles = FwdShortTraits<4>::kTiles;
+inline constexpr int kClFwdPrefetch16 = FwdClTraits<2>::kPrefetch;
+constexpr int ClStepsFwd(int elem_bytes) {
+  return elem_bytes == 4 ? FwdClTraits<4>::kSteps : FwdClTraits<2>::kSteps;
+}
+constexpr int ClVecFwd(int elem_bytes) {
+  return elem_bytes == 4 ? FwdClTraits<4>::kVec : FwdClTraits<2>::kVec;
+}
+constexpr int ClFwdMinBlocks(int elem_bytes) {
+  return elem_bytes == 4 ? FwdClTraits<4>::kMinBlocks : FwdClTraits<2>::kMinBlocks;
+}
+inline constexpr int kClVecBwd = BwdClTraits<4, 4>::kVec;
+inline constexpr int kClStepsBwd = BwdClTraits<4, 4>::kSteps;
+inline constexpr int kClGroupBwd32 = BwdClTraits<4, 4>::kGroup;
+inline constexpr int kClGroupBwd16 = BwdClTraits<2, 4>::kGroup;
+constexpr int ClBwdPrefetch(int elem_bytes) {
+  return elem_bytes == 4 ? BwdClTraits<4, 4>::kPrefetch : BwdClTraits<2, 4>::kPrefetch;
+}
+constexpr int ClBwdRingBytes(int elem_bytes) {
+  return elem_bytes == 4 ? BwdClTraits<4, 4>::kRingBytes : BwdClTraits<2, 4>::kRingBytes;
+}
 
 inline constexpr int64_t kMaxGridBlocks = int64_t{1} << 22;
 
 inline int ElemBytes(ScalarType t) { return t == ScalarType::kF32 ? 4 : 2; }
-inline constexpr int kMaxFastWidth = 4;  // fast paths: W = 2..kMaxFastWidth
-inline bool FastWidth(int32_t w) { return w >= 2 && w <= kMaxFastWidth; }
+// Fast paths: W = kMinFastWidth..kMaxFastWidth (W = 1 is pointwise and
+// takes the general path, as do widths past kMaxFastWidth).
+inline constexpr int kMinFastWidth = 2;
+inline constexpr int kMaxFastWidth = 8;
+inline bool FastWidth(int32_t w) { return w >= kMinFastWidth && w <= kMaxFastWidth; }
+// Channel-first vector paths that pass a row's halo (W-1 elements) from
+// lane to lane need it to fit in one 16-byte vector of `ne` elements; the
+// planner keeps other segments on the scalar path (see Conv1dPlan).
+constexpr bool HaloInVector(int width, int ne) { return width - 1 < ne; }
+
+// Compile-time dispatch: WidthSwitch(w, f) calls f(Int<W>{}) for the fast
+// width W == w and returns true, or returns false for any other w;
+// BoolSwitch(b, f) (conv1d_device.h, host and device) calls f(Bool<b>{}).
+// f reads the value as
+// decltype(arg)::value, a constant expression (a template argument).
+template <int V>
+struct Int {
+  static constexpr int value = V;
+};
+template <bool V>
+struct Bool {
+  static constexpr bool value = V;
+};
+template <int W = kMinFastWidth, class F>
+bool WidthSwitch(int w, F&& f) {
+  if constexpr (W > kMaxFastWidth) {
+    return false;
+  } else {
+    if (w == W) {
+      f(Int<W>{});
+      return true;
+    }
+    return WidthSwitch<W + 1>(w, f);
+  }
+}
 
 // Launchers (one per kernel family); return the launch's error code.
 using Stream = void*;  // hipStream_t / cudaStream_t, both pointer types

@@ -34,7 +34,7 @@
 namespace conv1d::kernels {
 
 // Checks the problem and every segment: dtype pairs (weight kF32 or x_type;
-// grad weight kF32 or weight_type), 1 <= W <= 64, D >= 1, B, L >= 1,
+// grad weight kF32 or weight_type), 1 <= W <= kMaxKernelWidth, D >= 1, B, L >= 1,
 // state_len >= W-1 for update, and that every tensor the op reads or writes
 // is non-null. Alignment is not required: misaligned segments take a scalar
 // path.
@@ -45,6 +45,14 @@ hipError_t Conv1dCanImplement(const Conv1dProblem& problem,
 // `*plan`. Calls Conv1dCanImplement first and returns its error.
 hipError_t Conv1dPlan(const Conv1dProblem& problem, Conv1dSegment* host_segments,
                       int32_t num_segments, Conv1dPlanInfo* plan);
+
+// Workspace bytes that Conv1dRun needs for a launch of segments of these
+// sizes, whatever their tensors' alignment: at least the workspace_bytes
+// Conv1dPlan reports for any table of the same sizes (0 unless backward).
+// Sizes only, so a caller can size its buffers before it has pointers.
+// -1 for an invalid problem or size. Pure host code.
+int64_t Conv1dWorkspaceBytes(const Conv1dProblem& problem, const Conv1dSegmentSize* sizes,
+                             int32_t num_segments);
 
 // Enqueues the launch. `device_segments` holds the planned table (same
 // contents as the host copy given to Conv1dPlan). `workspace` may be null
@@ -58,9 +66,9 @@ hipError_t Conv1dRun(const Conv1dProblem& problem, const Conv1dPlanInfo& plan,
 // passes that read and write each element once: what makes it cheap for
 // those tensors to stay in page-locked host memory that the kernel reads
 // and writes in place over the bus. Today the forward's short rows
-// (channel-first, W 2..4; scalar: at most 32 elements, not a whole number
+// (channel-first, W 2..8; scalar: at most 32 elements, not a whole number
 // of 16-byte vectors; vector: at most 32 whole 16-byte vectors) and the
-// update's vector path (W 2..4, one token, a state of W-1, D a whole
+// update's vector path (W 2..8, one token, a state of W-1, D a whole
 // number of 16-byte vectors). The vector paths also need their tensors
 // 16-byte aligned, which the planner checks. Pure host code.
 bool Conv1dStreamsInPlace(const Conv1dProblem& problem, int64_t seqlen, int64_t state_len);

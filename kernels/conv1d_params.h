@@ -26,7 +26,7 @@ enum class KernelOp : int32_t { kForward = 0, kBackward = 1, kUpdate = 2 };
 enum class KernelLayout : int32_t { kChannelFirst = 0, kChannelLast = 1 };
 enum class KernelActivation : int32_t { kNone = 0, kSiLU = 1 };
 
-inline constexpr int32_t kMaxKernelWidth = 64;
+inline constexpr int32_t kMaxKernelWidth = 256;
 
 // What all segments of one launch share (the server's batch key).
 struct Conv1dProblem {
@@ -38,7 +38,7 @@ struct Conv1dProblem {
   // either way.
   ScalarType grad_weight_type = ScalarType::kF32;
   int64_t dim = 0;    // D, any positive value (no 65535 limit)
-  int32_t width = 0;  // W in [1, 64]; 2..4 take the fast path
+  int32_t width = 0;  // W in [1, kMaxKernelWidth]; 2..8 take the fast paths
   KernelActivation activation = KernelActivation::kNone;
   KernelLayout layout = KernelLayout::kChannelFirst;
   bool has_bias = false;
@@ -88,6 +88,13 @@ struct Conv1dSegment {
   int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
+};
+
+// The sizes of one segment, all the workspace query needs.
+struct Conv1dSegmentSize {
+  int64_t batch = 0;      // B >= 1
+  int64_t seqlen = 0;     // L >= 1 (S for update)
+  int64_t state_len = 0;  // update only
 };
 
 // Result of Conv1dPlan(); pass it unchanged to Conv1dRun().

@@ -1,6 +1,8 @@
 // Times the fused conv1d kernels (forward, backward, update) with device
 // events against a 1 GiB device-to-device copy measured in the same run,
-// on the shapes of shared/ANCHORS.md plus a 64-request fused launch.
+// on the shapes of shared/ANCHORS.md plus a 64-request fused launch, a
+// 64-request launch of mixed lengths (ragged-mixed: L from 1..4096, each
+// request its own weights) and width-8 rows (-W8; the others are W = 4).
 // Writes bench/results/kernels-<device>-<date>.csv (or the path given as
 // argv[1]) and prints a table with upstream causal-conv1d's %ceil beside
 // ours. Beside each case it also times a device-to-device copy of the
@@ -44,7 +46,24 @@ struct Case {
   KernelLayout layout;
   int nseg;
   double upstream_h100, upstream_h200;  // %ceil, 0 = none
+  int width = 4;
+  bool ragged = false;  // L of each segment drawn from 1..4096 (fixed seed)
 };
+
+// The sequence length of each segment of a case.
+std::vector<int64_t> SegLengths(const Case& c) {
+  std::vector<int64_t> ls(c.nseg, c.L);
+  if (c.ragged) {
+    uint64_t s = 0x5eed;
+    for (auto& l : ls) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      l = 1 + static_cast<int64_t>(s % 4096);
+    }
+  }
+  return ls;
+}
 
 // Random values in [-1, 1) in `type`, generated on the host by several
 // threads and uploaded.
@@ -126,7 +145,8 @@ struct Instance {
 Instance MakeInstance(const Conv1dProblem& p, const Case& c, uint64_t seed) {
   Instance in;
   const int64_t es = c.type == ScalarType::kF32 ? 4 : 2;
-  const int64_t n = c.B * c.D * c.L, K = p.width - 1;
+  const std::vector<int64_t> ls = SegLengths(c);
+  const int64_t K = p.width - 1;
   auto alloc = [&](int64_t elems, int64_t esize, bool random) {
     void* d = DevAlloc(elems * esize);
     in.bufs.push_back(d);
@@ -134,9 +154,11 @@ Instance MakeInstance(const Conv1dProblem& p, const Case& c, uint64_t seed) {
     return d;
   };
   std::vector<Conv1dSegment> table(c.nseg);
-  for (auto& s : table) {
+  for (int i = 0; i < c.nseg; ++i) {
+    Conv1dSegment& s = table[i];
+    const int64_t n = c.B * c.D * ls[i];
     s.batch = c.B;
-    s.seqlen = c.L;
+    s.seqlen = ls[i];
     s.set(Role::kWeight, alloc(c.D * p.width, es, true));
     s.set(Role::kBias, alloc(c.D, es, true));
     if (p.op == KernelOp::kUpdate) {
@@ -241,6 +263,21 @@ int main(int argc, char** argv) {
       {"fused64-fp32", 1, 2048, 128, F32, BWD, CF, 64, 0, 0},
       {"fused64-bf16", 1, 2048, 128, BF, FWD, CF, 64, 0, 0},
       {"fused64-bf16", 1, 2048, 128, BF, BWD, CF, 64, 0, 0},
+      // 64 requests of 1 x 512 x L, L drawn from 1..4096, each its own weights.
+      {"ragged-mixed", 1, 512, 0, F32, FWD, CF, 64, 0, 0, 4, true},
+      {"ragged-mixed", 1, 512, 0, F32, BWD, CF, 64, 0, 0, 4, true},
+      {"ragged-mixed", 1, 512, 0, BF, FWD, CF, 64, 0, 0, 4, true},
+      {"ragged-mixed", 1, 512, 0, BF, BWD, CF, 64, 0, 0, 4, true},
+      // Width 8 on the fast path.
+      {"8x4096x4096-W8", 8, 4096, 4096, F32, FWD, CF, 1, 0, 0, 8},
+      {"8x4096x4096-W8", 8, 4096, 4096, F32, BWD, CF, 1, 0, 0, 8},
+      {"8x4096x4096-W8", 8, 4096, 4096, BF, FWD, CF, 1, 0, 0, 8},
+      {"8x4096x4096-W8", 8, 4096, 4096, BF, BWD, CF, 1, 0, 0, 8},
+      {"4x2048x2048-W8", 4, 2048, 2048, F32, FWD, CF, 1, 0, 0, 8},
+      {"4x2048x2048-W8", 4, 2048, 2048, BF, BWD, CF, 1, 0, 0, 8},
+      {"8x4096x4096CL-W8", 8, 4096, 4096, F32, FWD, CL, 1, 0, 0, 8},
+      {"8x4096x4096CL-W8", 8, 4096, 4096, BF, BWD, CL, 1, 0, 0, 8},
+      {"fused64-W8", 1, 2048, 128, BF, BWD, CF, 64, 0, 0, 8},
   };
 
   if (out_path.empty()) {
@@ -269,12 +306,13 @@ int main(int argc, char** argv) {
     p.x_type = p.weight_type = c.type;
     p.grad_weight_type = ScalarType::kF32;
     p.dim = c.D;
-    p.width = 4;
+    p.width = c.width;
     p.activation = KernelActivation::kSiLU;
     p.layout = c.layout;
     p.has_bias = true;
     const int64_t es = c.type == F32 ? 4 : 2;
-    const int64_t n = c.B * c.D * c.L * c.nseg;
+    int64_t n = 0;
+    for (int64_t l : SegLengths(c)) n += c.B * c.D * l;
     int64_t bytes = 0;
     if (c.op == FWD) bytes = 2 * n * es;
     else if (c.op == BWD) bytes = 3 * n * es;

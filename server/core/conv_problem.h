@@ -26,7 +26,7 @@ enum class Op : uint8_t { kForward = 0, kBackward = 1, kUpdate = 2 };
 enum class Layout : uint8_t { kChannelFirst = 0, kChannelLast = 1 };
 enum class Activation : uint8_t { kNone = 0, kSiLU = 1 };
 
-inline constexpr int kMaxWidth = 64;
+inline constexpr int kMaxWidth = 256;
 
 const char* OpName(Op op);  // "forward", "backward", "update"
 

@@ -90,16 +90,25 @@ BatchKey FullKey(Op op, DType xt, int width, Layout layout, int64_t dim) {
   return testing_cpu::KeyWithStates(op, xt, xt, width, layout, dim);
 }
 
-// Widest filter, every op and layout.
-TEST(CpuConv, Width64) {
+// Wide filters up to the limit, every op and layout, in fp32 and bf16, with
+// lengths shorter and longer than the filter; channel-first rows that cross
+// a row chunk with W = kMaxWidth.
+TEST(CpuConv, WideFilters) {
   uint64_t seed = 100;
-  for (Op op : {Op::kForward, Op::kBackward, Op::kUpdate}) {
-    for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
-      for (int64_t seqlen : {5, 200}) {
-        CheckOne(FullKey(op, DType::kF32, 64, layout, 3), 2, seqlen, op == Op::kUpdate ? 70 : 0,
-                 seed++, SharedPool());
+  for (int width : {33, 64, 100, 255, kMaxWidth}) {
+    for (Op op : {Op::kForward, Op::kBackward, Op::kUpdate}) {
+      for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
+        for (int64_t seqlen : {5, 300}) {
+          const DType dt = width % 2 ? DType::kBF16 : DType::kF32;
+          CheckOne(FullKey(op, dt, width, layout, 3), 2, seqlen,
+                   op == Op::kUpdate ? width - 1 + seqlen % 7 : 0, seed++, SharedPool());
+        }
       }
     }
+  }
+  for (Op op : {Op::kForward, Op::kBackward}) {
+    CheckOne(FullKey(op, DType::kF32, kMaxWidth, Layout::kChannelFirst, 2), 1, 2100, 0, seed++,
+             SharedPool());
   }
 }
 

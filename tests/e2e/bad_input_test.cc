@@ -160,8 +160,8 @@ TEST_F(BadInputTest, MismatchedShapesAndDTypes) {
 
 TEST_F(BadInputTest, WidthPastTheLimit) {
   v1::ForwardRequest r = Valid();
-  *r.mutable_inline_weights()->mutable_weight() = RandomTensor(DType::kF32, {8, 65}, &rng_);
-  ExpectInvalid(r, "inline_weights.weight.shape[1] (width W) is 65, expected 1..64");
+  *r.mutable_inline_weights()->mutable_weight() = RandomTensor(DType::kF32, {8, 257}, &rng_);
+  ExpectInvalid(r, "inline_weights.weight.shape[1] (width W) is 257, expected 1..256");
 }
 
 TEST_F(BadInputTest, BackwardDoutMustMatchX) {

@@ -201,7 +201,7 @@ TEST(ServerBinary, ServerInfoReportsTheBackend) {
   v1::ServerInfoResponse info;
   ASSERT_TRUE(stub->ServerInfo(&ctx, v1::ServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.backend(), "echo");
-  EXPECT_EQ(info.max_width(), 64);
+  EXPECT_EQ(info.max_width(), 256);
   EXPECT_EQ(info.max_request_bytes(), int64_t{1} << 30);
   EXPECT_THAT(info.version(), HasSubstr("0.1.0"));
   ASSERT_EQ(kill(p.pid(), SIGINT), 0);

@@ -1,5 +1,5 @@
 // 32 concurrent clients over a real loopback port, every op, dtype pair,
-// layout, width 1..64, with and without bias / states / SiLU, weights inline
+// layout, width 1..256, with and without bias / states / SiLU, weights inline
 // and registered; every answer is checked against CpuConvSegment run locally
 // on the same inputs, and fused batches must have happened.
 #include <latch>
@@ -31,7 +31,7 @@ std::vector<Case> MakeKeys() {
   // Corners that random picks may miss.
   keys[1].width = 1;  // backward with 0-column states
   keys[1].dinitial_states = true;
-  keys[3].width = 64;
+  keys[3].width = 256;
   keys[4].w_dtype = DType::kF32;  // fp16 activations, fp32 weights
   keys[5].width = 1;              // update with W = 1
   return keys;

@@ -341,7 +341,7 @@ std::string CheckUpdate(const Case& c, const Inputs& in, const v1::UpdateRespons
 
 Case RandomCase(Op op, Rng* rng) {
   static constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-  static constexpr int64_t kWidths[] = {1, 2, 3, 4, 4, 4, 5, 8, 17, 64};
+  static constexpr int64_t kWidths[] = {1, 2, 3, 4, 4, 4, 5, 8, 17, 64, 256};
   static constexpr int64_t kDims[] = {1, 3, 8, 16, 33};
   auto pick = [rng](int64_t n) {
     return std::uniform_int_distribution<int64_t>(0, n - 1)(*rng);
@@ -354,7 +354,7 @@ Case RandomCase(Op op, Rng* rng) {
   c.grad_fp32 = coin();
   c.batch = 1 + pick(3);
   c.dim = kDims[pick(5)];
-  c.width = kWidths[pick(10)];
+  c.width = kWidths[pick(11)];
   c.seqlen = op == Op::kUpdate ? 1 + pick(4) : 1 + pick(80);
   c.state_len = std::max<int64_t>(1, c.width - 1 + pick(3));
   c.layout = coin() ? Layout::kChannelLast : Layout::kChannelFirst;

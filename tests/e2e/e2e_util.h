@@ -94,7 +94,7 @@ std::string CheckForward(const Case& c, const Inputs& in, const v1::ForwardRespo
 std::string CheckBackward(const Case& c, const Inputs& in, const v1::BackwardResponse& r);
 std::string CheckUpdate(const Case& c, const Inputs& in, const v1::UpdateResponse& r);
 
-// A random case: every op, dtype pair, layout, activation, width 1..64,
+// A random case: every op, dtype pair, layout, activation, width 1..256,
 // optional bias and states.
 Case RandomCase(Op op, Rng* rng);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/core/dtype.h"
+#include "tests/gpu/gpu_check.h"
 #include "tests/gpu/gpu_harness.h"
 #include "tests/gpu/reference.h"
 
@@ -27,78 +28,6 @@ using kernels::KernelOp;
 
 #define REQUIRE_DEVICE() \
   if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
-
-struct Pair {
-  ScalarType x, w;
-};
-const Pair kPairs[] = {{ScalarType::kF32, ScalarType::kF32},
-                       {ScalarType::kF16, ScalarType::kF16},
-                       {ScalarType::kBF16, ScalarType::kBF16},
-                       {ScalarType::kF16, ScalarType::kF32},
-                       {ScalarType::kBF16, ScalarType::kF32}};
-
-RefShape ShapeOf(const Conv1dProblem& p, const SegmentData& s) {
-  RefShape r;
-  r.batch = s.batch;
-  r.dim = p.dim;
-  r.seqlen = s.seqlen;
-  r.width = p.width;
-  r.channel_last = p.layout == KernelLayout::kChannelLast;
-  r.silu = p.activation == KernelActivation::kSiLU;
-  r.has_bias = p.has_bias;
-  r.has_init = p.has_initial_states;
-  r.has_dfinal = p.has_dfinal_states;
-  return r;
-}
-
-// Checks every output of every segment against the reference.
-std::string CheckAll(const Conv1dProblem& p, const std::vector<SegmentData>& segs) {
-  const double tol = Tolerance(p.x_type);
-  for (size_t i = 0; i < segs.size(); ++i) {
-    const SegmentData& s = segs[i];
-    const RefShape r = ShapeOf(p, s);
-    const std::string tag = "segment " + std::to_string(i) + " ";
-    std::string err;
-    if (p.op == KernelOp::kForward) {
-      std::vector<double> y, fin;
-      RefForward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(), &y, &fin);
-      err = Compare(tag + "y", s.y, y, tol);
-      if (err.empty() && p.return_final_states) err = Compare(tag + "final", s.final_states, fin, tol);
-    } else if (p.op == KernelOp::kBackward) {
-      std::vector<double> dx, dw, db, dinit;
-      RefBackward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(),
-                  s.dout.Values(), s.dfinal.Values(), &dx, &dw, &db, &dinit);
-      const double gtol = std::max(Tolerance(p.grad_weight_type), 1e-4);
-      err = Compare(tag + "dx", s.dx, dx, tol);
-      if (err.empty()) err = Compare(tag + "dweight", s.dweight, dw, gtol);
-      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, db, gtol);
-      if (err.empty() && p.return_dinitial_states) err = Compare(tag + "dinit", s.dinit, dinit, tol);
-    } else {
-      std::vector<double> y, st;
-      RefUpdate(r, s.state_len, s.x.Values(), s.state.Values(), s.weight.Values(), s.bias.Values(),
-                &y, &st);
-      err = Compare(tag + "y", s.y, y, tol);
-      if (err.empty()) err = Compare(tag + "state", s.state_out, st, tol);
-    }
-    if (!err.empty()) return err;
-  }
-  return "";
-}
-
-std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& segs) {
-  std::string s = "op=" + std::to_string(static_cast<int>(p.op)) +
-                  " x=" + std::to_string(static_cast<int>(p.x_type)) +
-                  " w=" + std::to_string(static_cast<int>(p.weight_type)) +
-                  " gw=" + std::to_string(static_cast<int>(p.grad_weight_type)) +
-                  " D=" + std::to_string(p.dim) + " W=" + std::to_string(p.width) +
-                  (p.layout == KernelLayout::kChannelLast ? " CL" : " CF") +
-                  (p.activation == KernelActivation::kSiLU ? " silu" : "") +
-                  (p.has_bias ? " bias" : "") + (p.has_initial_states ? " init" : "") +
-                  (p.return_final_states ? " final" : "") + (p.has_dfinal_states ? " dfinal" : "") +
-                  (p.return_dinitial_states ? " dinit" : "");
-  for (const auto& g : segs) s += " [B=" + std::to_string(g.batch) + " L=" + std::to_string(g.seqlen) + "]";
-  return s;
-}
 
 // Segments of the given {B, L} with fresh random inputs.
 template <class Shapes>
@@ -147,40 +76,8 @@ struct FeatureCase {
   int64_t L = 0;
 };
 
-// One segment of `batch` rows of `seqlen` with fresh random inputs, run in
-// a fused launch and checked: "" when every output is right, else what
-// failed and the problem.
-std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
-                          std::mt19937_64& rng) {
-  std::vector<SegmentData> segs(1);
-  segs[0].batch = batch;
-  segs[0].seqlen = seqlen;
-  MakeInputs(p, &segs[0], rng);
-  std::string err = RunFused(p, &segs);
-  if (err.empty()) err = CheckAll(p, segs);
-  return err.empty() ? err : err + " " + Describe(p, segs);
-}
-
-Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, int W, uint32_t bits) {
-  Conv1dProblem p;
-  p.op = op;
-  p.x_type = pr.x;
-  p.weight_type = pr.w;
-  p.grad_weight_type = (bits & 32) ? pr.w : ScalarType::kF32;
-  p.dim = D;
-  p.width = W;
-  p.layout = layout;
-  p.activation = (bits & 1) ? KernelActivation::kSiLU : KernelActivation::kNone;
-  p.has_bias = bits & 2;
-  p.has_initial_states = bits & 4;
-  p.return_final_states = op == KernelOp::kForward && (bits & 8);
-  p.has_dfinal_states = op == KernelOp::kBackward && (bits & 8);
-  p.return_dinitial_states = op == KernelOp::kBackward && (bits & 16);
-  return p;
-}
-
 void SweepOp(KernelOp op) {
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const int widths[] = {2, 3, 4, 7, 33};
   const int64_t lengths[] = {1, 3, 129};
   uint32_t n = 0;
@@ -212,7 +109,7 @@ TEST(Conv1dGpu, BackwardSweep) {
 
 TEST(Conv1dGpu, LongRows) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
       for (Pair pr : {kPairs[0], kPairs[2]}) {
@@ -227,7 +124,7 @@ TEST(Conv1dGpu, LongRows) {
 
 TEST(Conv1dGpu, Update) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   uint32_t n = 0;
   for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
     for (const Pair& pr : kPairs) {
@@ -259,7 +156,7 @@ TEST(Conv1dGpu, Update) {
 // tokens), in place and not, with and without bias, every dtype pair.
 TEST(Conv1dGpu, UpdateVectorRows) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   uint32_t n = 0;
   for (const Pair& pr : kPairs) {
     for (int W : {2, 3, 4}) {
@@ -288,7 +185,7 @@ TEST(Conv1dGpu, UpdateVectorRows) {
 // general tile code.
 TEST(Conv1dGpu, BackwardVectorChunks) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   for (const Pair& pr : kPairs) {
     for (int W : {2, 3, 4}) {
       for (uint32_t bits : {0x0u, 0x1u, 0x3u, 0x1fu, 0x39u}) {
@@ -308,7 +205,7 @@ TEST(Conv1dGpu, BackwardVectorChunks) {
 // chunks of 9 steps whose last step has a single vector inside the row.
 TEST(Conv1dGpu, BackwardLongRowSteps) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const FeatureCase cases[] = {{kPairs[2], 4, 0x1f, 4096},
                         {kPairs[1], 3, 0x39, 4360},
                         {kPairs[4], 2, 0x0, 4360}};
@@ -326,7 +223,7 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
 // one vector (both row ends in one chunk, initial and final states).
 TEST(Conv1dGpu, ForwardLongRowSteps) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const FeatureCase cases[] = {{kPairs[2], 4, 0x1f, 4096},
                         {kPairs[1], 3, 0x0f, 4360},
                         {kPairs[4], 2, 0x0, 4360},
@@ -344,7 +241,7 @@ TEST(Conv1dGpu, ForwardLongRowSteps) {
 // chunk per row). Forward: the same shapes.
 TEST(Conv1dGpu, StreamChannelWalk) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   struct Shape {
     int64_t B, L;
   };
@@ -372,7 +269,7 @@ TEST(Conv1dGpu, StreamChannelWalk) {
 // give the same bytes.
 TEST(Conv1dGpu, ShortRowTiles) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const FeatureCase cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 3, 0x39}, {kPairs[1], 2, 0x0}, {kPairs[4], 4, 0x0f}};
   const int64_t shapes[][2] = {{1, 128}, {1, 128}, {1, 8},  {1, 128}, {1, 24},  {1, 128},
                                {2, 64},  {1, 128}, {1, 48}, {1, 128}, {3, 128}, {1, 128},
@@ -399,8 +296,12 @@ TEST(Conv1dGpu, StreamsInPlaceOnlyForShortForwardRowsAndVectorUpdates) {
     EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 2), L, 0)) << L;
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kBackward, f32, cf, 4), L, 0)) << L;
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cl, 4), L, 0)) << L;
-    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 7), L, 0)) << L;
+    EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 9), L, 0)) << L;
+    // fp32 at W 5..8: the halo exceeds a vector, short rows are scalar.
+    EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 8), L, 0)) << L;
   }
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 8), 64, 0));
+  EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 8), 64, 0));
   // Short vector rows: whole 16-byte vectors, at most one per lane.
   for (int64_t L : {4, 8, 32, 64, 128}) {
     EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, f32, cf, 4), L, 0)) << L;
@@ -416,9 +317,9 @@ TEST(Conv1dGpu, StreamsInPlaceOnlyForShortForwardRowsAndVectorUpdates) {
   EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 256, 0));
   EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 36, 0));
   EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kForward, bf16, cf, 4), 264, 0));
-  // The update: one token, the minimal state, D in whole vectors, W 2..4,
+  // The update: one token, the minimal state, D in whole vectors, W 2..8,
   // in either layout.
-  for (int W : {2, 3, 4}) {
+  for (int W : {2, 3, 4, 7, 8}) {
     for (KernelLayout layout : {cf, cl}) {
       EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, layout, W), 1, W - 1)) << W;
       EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, bf16, layout, W), 1, W - 1)) << W;
@@ -426,7 +327,7 @@ TEST(Conv1dGpu, StreamsInPlaceOnlyForShortForwardRowsAndVectorUpdates) {
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, W), 2, W - 1)) << W;
     EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, W), 1, W)) << W;
   }
-  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 7), 1, 6));
+  EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 9), 1, 8));
   EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 4, 66), 1, 3));
   EXPECT_FALSE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, bf16, cf, 4, 68), 1, 3));
   EXPECT_TRUE(Conv1dStreamsInPlace(problem(KernelOp::kUpdate, f32, cf, 4, 68), 1, 3));
@@ -439,7 +340,7 @@ TEST(Conv1dGpu, StreamsInPlaceOnlyForShortForwardRowsAndVectorUpdates) {
 // mixes lengths. Matches the reference; requests alone give the same bytes.
 TEST(Conv1dGpu, ShortScalarRowsForward) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const int64_t shapes[][2] = {{3, 1}, {1, 2}, {2, 3}, {1, 5}, {4, 7}, {1, 1}, {2, 17}, {1, 31}};
   for (const Pair& pr : kPairs) {
     for (int W : {2, 3, 4}) {
@@ -458,7 +359,7 @@ TEST(Conv1dGpu, ShortScalarRowsForward) {
 // Matches the reference, and every request run alone gives the same bytes.
 TEST(Conv1dGpu, ShortRowForwardLargeLaunch) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const FeatureCase cases[] = {{kPairs[0], 4, 0x0f}, {kPairs[1], 3, 0x0b}, {kPairs[2], 4, 0x0d},
                                {kPairs[3], 2, 0x0e}, {kPairs[4], 3, 0x07}, {kPairs[2], 2, 0x00}};
   const int64_t shapes[][2] = {{3, 128}, {1, 200}, {2, 8},  {1, 40},  {4, 256}, {1, 1024},
@@ -479,7 +380,7 @@ TEST(Conv1dGpu, ShortRowForwardLargeLaunch) {
 // the reference, and two requests alone give the same bytes.
 TEST(Conv1dGpu, ShortRowLongRuns) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const FeatureCase cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 4, 0x1b}, {kPairs[2], 3, 0x1e}, {kPairs[4], 4, 0x03}};
   std::vector<std::array<int64_t, 2>> shapes;
   for (int i = 0; i < 48; ++i) shapes.push_back({i % 3 == 1 ? 2 : 1, i % 5 == 3 ? 64 : 128});
@@ -496,7 +397,7 @@ TEST(Conv1dGpu, ShortRowLongRuns) {
 // chunks, initial states, dfinal_states and dinitial_states, every dtype.
 TEST(Conv1dGpu, ChannelLastChunks) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   const FeatureCase cases[] = {{kPairs[0], 4, 0x1f, 1000}, {kPairs[2], 4, 0x1f, 2050},
                         {kPairs[1], 3, 0x0f, 2050}, {kPairs[4], 2, 0x1d, 1000},
                         {kPairs[0], 2, 0x00, 2050}, {kPairs[2], 3, 0x02, 300}};
@@ -512,7 +413,7 @@ TEST(Conv1dGpu, ChannelLastChunks) {
 // as 100 separate launches, and match the reference.
 TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   std::uniform_int_distribution<int64_t> bdist(1, 3), ldist(1, 300);
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
@@ -536,7 +437,7 @@ TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
 
 TEST(Conv1dGpu, MisalignedPointersTakeScalarPath) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
       for (Pair pr : {kPairs[0], kPairs[2]}) {
@@ -558,7 +459,7 @@ TEST(Conv1dGpu, MisalignedPointersTakeScalarPath) {
 // one workspace).
 TEST(Conv1dGpu, DweightDeterministic) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  std::mt19937_64 rng = TestRng();
   for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
     for (int W : {4, 9}) {
       const Conv1dProblem p = MakeProblem(KernelOp::kBackward, kPairs[0], layout, 64, W, 0x1f);
@@ -607,7 +508,7 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
     s.batch = 2;
     s.seqlen = ((int64_t{1} << 31) + (int64_t{1} << 20)) / (2 * 4);
     const int64_t n = s.batch * p.dim * s.seqlen;
-    std::mt19937_64 rng(std::random_device{}());
+    std::mt19937_64 rng = TestRng();
     s.weight = RandomTensor(p.weight_type, p.dim * p.width, 0.5, rng);
     s.bias = RandomTensor(p.weight_type, p.dim, 0.5, rng);
     s.x.type = s.y.type = ScalarType::kBF16;
@@ -633,7 +534,7 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
     int64_t unwritten = 0;
     for (int64_t i = 0; i < n; ++i) unwritten += (yb[i] == 0xffff);
     EXPECT_EQ(unwritten, 0);
-    const RefShape r = ShapeOf(p, s);
+    const RefShape r = RefShapeOf(p, s);
     const HugeCtx ctx{&s, p.dim, s.seqlen, layout == KernelLayout::kChannelLast};
     const std::vector<double> w = s.weight.Values(), bias = s.bias.Values();
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
@@ -674,7 +575,7 @@ TEST(Conv1dHost, CanImplementRejectsBadArguments) {
   EXPECT_EQ(kernels::Conv1dCanImplement(p, &s, 1), hipSuccess);
   EXPECT_NE(kernels::Conv1dCanImplement(p, &s, 0), hipSuccess);
   Conv1dProblem q = p;
-  q.width = 65;
+  q.width = kernels::kMaxKernelWidth + 1;
   EXPECT_NE(kernels::Conv1dCanImplement(q, &s, 1), hipSuccess);
   q = p;
   q.x_type = ScalarType::kF16;

@@ -96,15 +96,12 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
   const kernels::Conv1dProblem problem = ProblemOf(key);
   auto piece_workspace = [&](const ConvSegment& seg, int64_t rows) -> int64_t {
     if (key.op != Op::kBackward) return 0;
-    kernels::Conv1dSegment one{};
+    kernels::Conv1dSegmentSize one;
     one.batch = rows;
     one.seqlen = seg.seqlen;
     one.state_len = seg.state_len;
-    // Planning reads only sizes; non-null placeholders satisfy its checks.
-    for (int r = 0; r < kNumRoles; ++r) one.set(RoleAt(r), lane.buffer);
-    kernels::Conv1dPlanInfo plan;
-    if (kernels::Conv1dPlan(problem, &one, 1, &plan) != hipSuccess) return 0;
-    return plan.workspace_bytes;
+    const int64_t bytes = kernels::Conv1dWorkspaceBytes(problem, &one, 1);
+    return bytes > 0 ? bytes : 0;
   };
   gpu::LayoutOptions layout_options{lane_buffer_bytes_, lane.workspace_bytes,
                                     sizeof(kernels::Conv1dSegment), piece_workspace};

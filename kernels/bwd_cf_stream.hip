@@ -1,0 +1,267 @@
+// Backward, channel-first 16-bit long rows on the vector path
+// (bwd_cf_stream_kernel): a team walks one chunk of a row with the loads of
+// the next steps in flight in a shared-memory ring.
+#include "kernels/bwd_common.h"
+
+namespace conv1d::kernels::dev {
+namespace {
+
+using detail::kClCols;
+using detail::kClRows;
+using detail::kTeam;
+using detail::kTeamsPerBlock;
+using detail::WidthSwitch;
+
+// Long rows of 16-bit elements on the vector path (is_stream_tile): a team
+// owns one chunk of a row, per_lane steps of kTeam vectors of N = 8 elements
+// (lane l holds elements l*N .. l*N+N-1 of a step), and walks the steps in
+// order. x and dout of the next kP steps are in flight while it computes the
+// current one: each lane copies its vectors asynchronously into its own
+// slots of the team's ring `stage` (kP + 1 slots, so the slot being filled
+// was read a step earlier), which keeps them out of registers. Per step:
+//  - left x̃ halo of a lane: the previous lane's tail by shuffle; lane 0
+//    gets lane 31's tail of the previous step (lane 31 carries it; before
+//    step 0 it holds the chunk's left halo, loaded directly);
+//  - g once per element; dweight/dbias summed per lane over the whole chunk
+//    (one team sum at the end, a partial per (row, chunk) as elsewhere);
+//  - dx of step s-1, now that g of step s is known: its right g halo comes
+//    from the next lane, lane 31's from lane 0 of step s.
+// After the last step, lane 31 computes the chunk's right g halo itself
+// from the x and dout vector just past the chunk (zero past L), which it
+// copies in the slot a step after the last would have used.
+// Only the row's last step can be partial (L % N == 0): its lanes at or past
+// L get zeros (dout = 0, so g = 0 for finite x̃) and store nothing.
+template <class T, int W, bool kSilu>
+__device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
+                                                   int64_t local, int lane,
+                                                   uint4 (*stage)[2][kTeam]) {
+  using S = typename T::S;
+  constexpr int N = kVecElts<T>;
+  constexpr int kH = W - 1;
+  constexpr int kStep = kTeam * N;
+  constexpr int kP = detail::kBwdStreamPrefetch;
+  constexpr int kSlots = kP + 1;
+  static_assert(N == 8, "one 16-byte vector per lane and step");
+  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  static_assert(kP >= 1, "at least one step in flight");
+  const int64_t L = seg.seqlen;
+  const int64_t nchunks = seg.nchunks;
+  const int V = seg.per_lane;
+  const int64_t row = div_fast(local, nchunks);
+  const int64_t chunk = local - row * nchunks;
+  const int64_t c0 = chunk * V * kStep;
+  const int64_t rem = L - c0;
+  const int nsteps = rem >= static_cast<int64_t>(V) * kStep ? V : static_cast<int>((rem + kStep - 1) / kStep);
+  const int64_t cend = c0 + static_cast<int64_t>(nsteps) * kStep;
+  const bool partial = cend > L;  // the row's last step, partial
+  const bool more = cend < L;     // the row goes on past the chunk
+  const bool first = lane == 0;
+  const bool last = lane == kTeam - 1;
+  const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
+  const int src_next = (lane + 1) & (kTeam - 1);
+  const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
+  // Steps in which this lane lies inside the row.
+  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + row * L + lpos;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + row * L + lpos;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + row * L + lpos;
+
+  // Step st's vectors into slot `slot` (st < nsteps), or for st == nsteps
+  // lane 31's vectors just past the chunk (when inside the row); zeros
+  // where there is nothing to read. One group per call.
+  auto issue = [&](int st, int slot) {
+    const bool tail = st == nsteps && last && more;
+    const bool ok = st < nsteps ? !partial || st < lsteps : tail;
+    const int64_t off = ok ? static_cast<int64_t>(st) * kStep - (tail ? (kTeam - 1) * N : 0) : 0;
+    copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
+    copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q < kP; ++q) issue(q, q);
+  int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
+  float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
+#pragma unroll
+  for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
+  if (last) load_left<T, N, W>(p, seg, static_cast<const S*>(seg.in(Role::kX)) + row * L, row, c0, carry);
+  float w[W], bias = 0.0f;
+  {
+    const int64_t d = mod_fast(row, p.dim);
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
+  }
+
+  float dw[W + 1];  // [W] is dbias
+#pragma unroll
+  for (int k = 0; k <= W; ++k) dw[k] = 0.0f;
+  float gc[N];  // g of the previous step
+  // dx of the previous step from gc and its right halo gh.
+  auto dx_of = [&](const float (&gh)[kH], float (&dxv)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const int idx = e + kH - k;
+        acc += w[k] * (idx < N ? gc[idx < N ? idx : 0] : gh[idx >= N ? idx - N : 0]);
+      }
+      dxv[e] = acc;
+    }
+  };
+  auto step = [&](auto first_step, int st) {
+    constexpr bool kFirstStep = decltype(first_step)::value;
+    copy_async_wait<kP - 1>();  // step st's group has landed
+    const uint4 xb = stage[rd][0][lane];
+    const uint4 db = stage[rd][1][lane];
+    issue(st + kP, wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+    float xf[kH + N];  // x̃ at pos-(W-1) .. pos+N-1
+    float dv[N];
+    {
+      float xv[N];
+      unpack_words<T>(xb, xv);
+#pragma unroll
+      for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+    }
+    unpack_words<T>(db, dv);
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      const float give = last ? carry[i] : xf[N + i];
+      xf[i] = gpu_shfl(give, src_prev, kTeam);
+      carry[i] = xf[N + i];
+    }
+    float gs[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float gv = dv[e];
+      if constexpr (kSilu) {
+        float z = bias;
+#pragma unroll
+        for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+        gv = silu_backward_f(dv[e], z);
+      }
+      gs[e] = gv;
+      dw[W] += gv;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k] += gv * xf[e + k];
+    }
+    if constexpr (kFirstStep) {
+      if (p.ret_dinit && chunk == 0 && first) {
+        // L > kTeam * N here, so dfinal_states never reaches dinitial_states.
+        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
+#pragma unroll
+        for (int i = 0; i < kH; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k <= i; ++k) acc += w[k] * gs[i - k];
+          dinit[i] = T::from_f(acc);
+        }
+      }
+    } else {
+      // Step st-1 is full and not the row's last: no range checks, no dfinal.
+      float gh[kH];
+#pragma unroll
+      for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam);
+      float dxv[N];
+      dx_of(gh, dxv);
+      store_words(dxp + static_cast<int64_t>(st - 1) * kStep, pack_words<T>(dxv));
+    }
+#pragma unroll
+    for (int e = 0; e < N; ++e) gc[e] = gs[e];
+  };
+  step(detail::Bool<true>{}, 0);
+  // Two steps per iteration, so that g of the previous step needs no
+  // register copy at the loop edge.
+#pragma unroll 1
+  for (int s0 = 1; s0 < nsteps; s0 += 2) {
+    step(detail::Bool<false>{}, s0);
+    if (s0 + 1 < nsteps) step(detail::Bool<false>{}, s0 + 1);
+  }
+  {
+    // The last step; lane 31's right halo is g just past the chunk.
+    copy_async_wait<kP - 1>();  // the tail group has landed
+    float gh[kH];
+#pragma unroll
+    for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(gc[i], src_next, kTeam);
+    if (last) {
+      float xn[N], dn[N];
+      unpack_words<T>(stage[rd][0][lane], xn);
+      unpack_words<T>(stage[rd][1][lane], dn);
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        float gv = dn[i];
+        if constexpr (kSilu) {
+          float z = bias;
+#pragma unroll
+          for (int k = 0; k < W; ++k) {
+            const int idx = i + k;  // x̃ at cend - kH + idx
+            z += w[k] * (idx < kH ? carry[idx < kH ? idx : 0] : xn[idx >= kH ? idx - kH : 0]);
+          }
+          gv = silu_backward_f(dn[i], z);
+        }
+        gh[i] = more ? gv : 0.0f;
+      }
+    }
+    if (nsteps <= lsteps) {
+      const int64_t pos = lpos + static_cast<int64_t>(nsteps - 1) * kStep;
+      float dxv[N];
+      dx_of(gh, dxv);
+      if (p.has_dfinal && pos + N == L) {
+        const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
+#pragma unroll
+        for (int i = 0; i < kH; ++i) dxv[N - kH + i] += T::to_f(dfin[i]);
+      }
+      store_words(dxp + static_cast<int64_t>(nsteps - 1) * kStep, pack_words<T>(dxv));
+    }
+  }
+  copy_async_wait<0>();  // the ring is free for the team's next tile
+  float v[W + 1];
+#pragma unroll
+  for (int k = 0; k <= W; ++k) v[k] = team_sum(dw[k]);
+  if (first) {
+    const int64_t d = mod_fast(row, p.dim), b = div_fast(row, p.dim);
+    float* mine = p.partials + seg.ws_partial_offset +
+                  (d * (seg.batch * nchunks) + b * nchunks + chunk) * (W + 1);
+#pragma unroll
+    for (int k = 0; k <= W; ++k) mine[k] = v[k];
+  }
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTraits::kMinBlocks)
+    bwd_cf_stream_kernel(KParams p) {
+  // Each team's ring of in-flight steps (bwd_cf_stream_team).
+  __shared__ uint4 stage[kTeamsPerBlock][detail::kBwdStreamPrefetch + 1][2][kTeam];
+  const int lane = threadIdx.x % kTeam;
+  const int team = threadIdx.x / kTeam;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+    if (tile >= p.total_tiles) continue;
+    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (!is_stream_tile<T>(seg) || seg.ws_partial_offset < 0) continue;
+    BoolSwitch(p.silu, [&](auto silu) {
+      bwd_cf_stream_team<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    });
+  }
+}
+
+
+}  // namespace
+
+template <class T>
+hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s) {
+  constexpr int kTeams = kTeamsPerBlock;
+  unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    bwd_cf_stream_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+  });
+  return launched ? hipGetLastError() : hipErrorInvalidValue;
+}
+
+template hipError_t LaunchBwdCfStream<F16>(const KParams&, hipStream_t);
+template hipError_t LaunchBwdCfStream<BF16>(const KParams&, hipStream_t);
+
+}  // namespace conv1d::kernels::dev

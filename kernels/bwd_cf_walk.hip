@@ -1,0 +1,238 @@
+// Backward, channel-first 16-bit rows short enough that one team per
+// channel walks all B rows of a segment and stores dweight/dbias itself
+// (bwd_cf_walk_kernel; no partials).
+#include "kernels/bwd_common.h"
+
+namespace conv1d::kernels::dev {
+namespace {
+
+using detail::kClCols;
+using detail::kClRows;
+using detail::kTeam;
+using detail::kTeamsPerBlock;
+using detail::WidthSwitch;
+
+// A walked stream segment (ws_partial_offset < 0; the planner: whole rows,
+// and the B rows of a channel together at most kBwdWalkSteps steps): the
+// team of tile d walks rows d, D+d, .. (B-1)*D+d one after the other, the ring
+// running on across the row boundaries, and stores the channel's dweight
+// and dbias itself (no partials, no reduce_dw_kernel). Within a row the
+// steps are those of bwd_cf_stream_team with the chunk being the whole row
+// (no tail group: g past the row is zero). dweight/dbias: per lane over all
+// steps of all rows in order, then one team sum; 0 + sum as reduce_dw_kernel
+// would store a single partial.
+template <class T, int W, bool kSilu>
+__device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1dSegment& seg,
+                                                   int64_t d, int lane, uint4 (*stage)[2][kTeam]) {
+  using S = typename T::S;
+  constexpr int N = kVecElts<T>;
+  constexpr int kH = W - 1;
+  constexpr int kStep = kTeam * N;
+  constexpr int kP = detail::kBwdStreamPrefetch;
+  constexpr int kSlots = kP + 1;
+  static_assert(N == 8, "one 16-byte vector per lane and step");
+  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  const int64_t L = seg.seqlen;
+  const int64_t B = seg.batch;
+  const int64_t rstride = p.dim * L;  // between the rows of one channel
+  const int nsteps = static_cast<int>((L + kStep - 1) / kStep);
+  const bool partial = static_cast<int64_t>(nsteps) * kStep > L;
+  const bool first = lane == 0;
+  const bool last = lane == kTeam - 1;
+  const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
+  const int src_next = (lane + 1) & (kTeam - 1);
+  const int64_t lpos = lane * N;
+  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + d * L + lpos;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + d * L + lpos;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + d * L + lpos;
+
+  // The next step to issue: row ib, step ist (zeros once past the last row
+  // or, in a partial last step, past L). One group per call.
+  int64_t ib = 0, ioff = 0;  // ioff = ib * rstride
+  int ist = 0;
+  auto issue = [&](int slot) {
+    const bool ok = ib < B && ist < lsteps;
+    const int64_t off = ok ? ioff + static_cast<int64_t>(ist) * kStep : 0;
+    copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
+    copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
+    copy_async_commit();
+    if (++ist == nsteps) {
+      ist = 0;
+      ++ib;
+      ioff += rstride;
+    }
+  };
+#pragma unroll
+  for (int q = 0; q < kP; ++q) issue(q);
+  int rd = 0, wr = kP;
+  float w[W], bias = 0.0f;
+#pragma unroll
+  for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+  if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
+
+  float dw[W + 1];  // [W] is dbias
+#pragma unroll
+  for (int k = 0; k <= W; ++k) dw[k] = 0.0f;
+  float carry[kH];  // lane 31: x̃ left of the next step
+  float gc[N];      // g of the previous step
+  auto dx_of = [&](const float (&gh)[kH], float (&dxv)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        const int idx = e + kH - k;
+        acc += w[k] * (idx < N ? gc[idx < N ? idx : 0] : gh[idx >= N ? idx - N : 0]);
+      }
+      dxv[e] = acc;
+    }
+  };
+  int64_t row = d;
+  S* dxr = dxp;  // this row's dx
+  auto step = [&](auto first_step, int st) {
+    constexpr bool kFirstStep = decltype(first_step)::value;
+    copy_async_wait<kP - 1>();  // this step's group has landed
+    const uint4 xb = stage[rd][0][lane];
+    const uint4 db = stage[rd][1][lane];
+    issue(wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+    float xf[kH + N];  // x̃ at pos-(W-1) .. pos+N-1
+    float dv[N];
+    {
+      float xv[N];
+      unpack_words<T>(xb, xv);
+#pragma unroll
+      for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+    }
+    unpack_words<T>(db, dv);
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      const float give = last ? carry[i] : xf[N + i];
+      xf[i] = gpu_shfl(give, src_prev, kTeam);
+      carry[i] = xf[N + i];
+    }
+    float gs[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float gv = dv[e];
+      if constexpr (kSilu) {
+        float z = bias;
+#pragma unroll
+        for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+        gv = silu_backward_f(dv[e], z);
+      }
+      gs[e] = gv;
+      dw[W] += gv;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k] += gv * xf[e + k];
+    }
+    if constexpr (kFirstStep) {
+      if (p.ret_dinit && first) {
+        // L > kTeam * N (stream rows), so dfinal_states never reaches here.
+        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
+#pragma unroll
+        for (int i = 0; i < kH; ++i) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int k = 0; k <= i; ++k) acc += w[k] * gs[i - k];
+          dinit[i] = T::from_f(acc);
+        }
+      }
+    } else {
+      // Step st-1 is full and not the row's last: no range checks, no dfinal.
+      float gh[kH];
+#pragma unroll
+      for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam);
+      float dxv[N];
+      dx_of(gh, dxv);
+      store_words(dxr + static_cast<int64_t>(st - 1) * kStep, pack_words<T>(dxv));
+    }
+#pragma unroll
+    for (int e = 0; e < N; ++e) gc[e] = gs[e];
+  };
+#pragma unroll 1
+  for (int64_t b = 0; b < B; ++b) {
+#pragma unroll
+    for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
+    if (last && p.has_init) {
+      load_left<T, N, W>(p, seg, static_cast<const S*>(seg.in(Role::kX)) + row * L, row, 0, carry);
+    }
+    step(detail::Bool<true>{}, 0);
+#pragma unroll 1
+    for (int s0 = 1; s0 < nsteps; s0 += 2) {
+      step(detail::Bool<false>{}, s0);
+      if (s0 + 1 < nsteps) step(detail::Bool<false>{}, s0 + 1);
+    }
+    // The row's last step: g past the row is zero.
+    float gh[kH];
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      gh[i] = gpu_shfl(gc[i], src_next, kTeam);
+      if (last) gh[i] = 0.0f;
+    }
+    if (nsteps <= lsteps) {
+      const int64_t pos = lpos + static_cast<int64_t>(nsteps - 1) * kStep;
+      float dxv[N];
+      dx_of(gh, dxv);
+      if (p.has_dfinal && pos + N == L) {
+        const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
+#pragma unroll
+        for (int i = 0; i < kH; ++i) dxv[N - kH + i] += T::to_f(dfin[i]);
+      }
+      store_words(dxr + static_cast<int64_t>(nsteps - 1) * kStep, pack_words<T>(dxv));
+    }
+    row += p.dim;
+    dxr += rstride;
+  }
+  copy_async_wait<0>();  // the ring is free for the team's next tile
+  float v[W + 1];
+#pragma unroll
+  for (int k = 0; k <= W; ++k) v[k] = team_sum(dw[k]);
+  if (first) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + v[k]);
+    if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + v[W]);
+  }
+}
+
+// The walk range: bwd_cf_stream_walk, a channel per tile (its own kernel, so
+// that bwd_cf_stream_kernel keeps its register allocation).
+template <class T, int W>
+__global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalkTraits::kMinBlocks)
+    bwd_cf_walk_kernel(KParams p) {
+  constexpr int kTeams = detail::kBwdWalkTeams;
+  __shared__ uint4 stage[kTeams][detail::kBwdStreamPrefetch + 1][2][kTeam];
+  const int lane = threadIdx.x % kTeam;
+  const int team = threadIdx.x / kTeam;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeams + team;
+    if (tile >= p.total_tiles) continue;
+    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    // See seg_lines_together.
+    if (!(is_stream_tile<T>(seg) & (seg.ws_partial_offset < 0) & seg_lines_together(seg))) continue;
+    BoolSwitch(p.silu, [&](auto silu) {
+      bwd_cf_stream_walk<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    });
+  }
+}
+
+
+}  // namespace
+
+template <class T>
+hipError_t LaunchBwdCfWalk(const KParams& k, hipStream_t s) {
+  constexpr int kTeams = detail::kBwdWalkTeams;
+  unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    bwd_cf_walk_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+  });
+  return launched ? hipGetLastError() : hipErrorInvalidValue;
+}
+
+template hipError_t LaunchBwdCfWalk<F16>(const KParams&, hipStream_t);
+template hipError_t LaunchBwdCfWalk<BF16>(const KParams&, hipStream_t);
+
+}  // namespace conv1d::kernels::dev

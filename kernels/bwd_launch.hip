@@ -1,0 +1,77 @@
+// The backward's launch (LaunchBwdChannelFirst / LaunchBwdChannelLast): the
+// kernel family of each tile range the planner made, then the dweight
+// reduction when any segment wrote partials.
+#include "kernels/bwd_common.h"
+
+namespace conv1d::kernels {
+namespace {
+
+using namespace dev;
+
+template <class T>
+hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
+  if (!detail::FastWidth(k0.width)) return hipErrorInvalidValue;
+  KParams k = k0;
+  // Launches `launch` over [begin, end) when the range is not empty.
+  auto range = [&](int64_t begin, int64_t end, hipError_t (*launch)(const KParams&, hipStream_t)) {
+    if (end <= begin) return hipSuccess;
+    k.tile_begin = begin;
+    k.total_tiles = end;
+    return launch(k, s);
+  };
+  hipError_t e = range(plan.long_tile_begin, plan.long_tile_end, &LaunchBwdCfLong<T>);
+  if (e != hipSuccess) return e;
+  if constexpr (detail::BwdShortPersist(sizeof(typename T::S))) {
+    e = range(plan.short_tile_begin, plan.short_tile_end, &LaunchBwdCfRun<T>);
+  } else {
+    e = range(plan.short_tile_begin, plan.short_tile_end, &LaunchBwdCfShort<T>);
+  }
+  if (e != hipSuccess) return e;
+  if constexpr (sizeof(typename T::S) == 2) {
+    e = range(plan.stream_tile_begin, plan.stream_tile_end, &LaunchBwdCfStream<T>);
+    if (e != hipSuccess) return e;
+    e = range(plan.walk_tile_begin, plan.walk_tile_end, &LaunchBwdCfWalk<T>);
+    if (e != hipSuccess) return e;
+  }
+  if (!plan.reduce_dw) return hipGetLastError();
+  return LaunchReduceDw(k0, s);
+}
+
+template <class T>
+hipError_t LaunchCl(const KParams& k, hipStream_t s) {
+  if (!detail::FastWidth(k.width)) return hipErrorInvalidValue;
+  const hipError_t e = LaunchBwdCl<T>(k, s);
+  if (e != hipSuccess) return e;
+  return LaunchReduceDw(k, s);
+}
+
+}  // namespace
+
+namespace detail {
+
+int32_t LaunchBwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                              const Conv1dSegment* segs, void* ws, Stream s) {
+  const KParams k = MakeParams(p, plan, segs, ws);
+  const auto st = static_cast<hipStream_t>(s);
+  switch (p.x_type) {
+    case ScalarType::kF32: return LaunchCf<F32>(k, plan, st);
+    case ScalarType::kF16: return LaunchCf<F16>(k, plan, st);
+    case ScalarType::kBF16: return LaunchCf<BF16>(k, plan, st);
+  }
+  return hipErrorInvalidValue;
+}
+
+int32_t LaunchBwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
+                             const Conv1dSegment* segs, void* ws, Stream s) {
+  const KParams k = MakeParams(p, plan, segs, ws);
+  const auto st = static_cast<hipStream_t>(s);
+  switch (p.x_type) {
+    case ScalarType::kF32: return LaunchCl<F32>(k, st);
+    case ScalarType::kF16: return LaunchCl<F16>(k, st);
+    case ScalarType::kBF16: return LaunchCl<BF16>(k, st);
+  }
+  return hipErrorInvalidValue;
+}
+
+}  // namespace detail
+}  // namespace conv1d::kernels

@@ -1,0 +1,155 @@
+// Forward, channel-first 16-bit long rows on the vector path
+// (fwd_cf_stream_kernel): a team walks one chunk of a row with x of the next
+// steps in flight in a shared-memory ring.
+#include "kernels/fwd_common.h"
+
+namespace conv1d::kernels::dev {
+namespace {
+
+using detail::kClCols;
+using detail::kClRows;
+using detail::kTeam;
+using detail::kTeamsPerBlock;
+using detail::WidthSwitch;
+
+// Long rows of 16-bit elements on the vector path (is_stream_tile): a team
+// owns one chunk of a row, per_lane steps of kTeam vectors of N = 8 elements
+// (lane l holds elements l*N .. l*N+N-1 of a step), and walks the steps in
+// order, as bwd_cf_stream_team does: x of the next kP steps is in flight
+// while a step computes, copied asynchronously by each lane into its own
+// slot of the team's ring `stage` (kP + 1 slots; the slot being filled was
+// read a step earlier), so the in-flight data hold no registers. The left
+// x̃ halo of a lane is the previous lane's tail by shuffle; lane 0 gets
+// lane 31's tail of the previous step (lane 31 carries it; before step 0
+// it holds the chunk's left halo, loaded directly). Only the row's last
+// step can be partial (L % N == 0): its lanes at or past L read zeros and
+// store nothing.
+template <class T, int W, bool kSilu>
+__device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
+                                                   int64_t local, int lane, uint4 (*stage)[kTeam]) {
+  using S = typename T::S;
+  constexpr int N = kVecElts<T>;
+  constexpr int kH = W - 1;
+  constexpr int kStep = kTeam * N;
+  constexpr int kP = detail::kFwdStreamPrefetch;
+  constexpr int kSlots = kP + 1;
+  static_assert(N == 8, "one 16-byte vector per lane and step");
+  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  const int64_t L = seg.seqlen;
+  const int64_t nchunks = seg.nchunks;
+  const int V = seg.per_lane;
+  const int64_t row = div_fast(local, nchunks);
+  const int64_t chunk = local - row * nchunks;
+  const int64_t c0 = chunk * V * kStep;
+  const int64_t rem = L - c0;
+  const int nsteps = rem >= static_cast<int64_t>(V) * kStep ? V : static_cast<int>((rem + kStep - 1) / kStep);
+  const bool partial = c0 + static_cast<int64_t>(nsteps) * kStep > L;  // the row's last step, partial
+  const bool last = lane == kTeam - 1;
+  const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
+  const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
+  // Steps in which this lane lies inside the row.
+  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
+  const S* xrow = static_cast<const S*>(seg.in(Role::kX)) + row * L;
+  const S* xp = xrow + lpos;
+  S* yp = static_cast<S*>(seg.out(Role::kY)) + row * L + lpos;
+
+  // Step st's vector into slot `slot` (zeros past the chunk or the row).
+  // One group per call.
+  auto issue = [&](int st, int slot) {
+    const bool ok = st < lsteps;
+    copy16_async(&stage[slot][lane], xp + (ok ? static_cast<int64_t>(st) * kStep : 0), ok ? 16 : 0);
+    copy_async_commit();
+  };
+#pragma unroll
+  for (int q = 0; q < kP; ++q) issue(q, q);
+  int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
+  float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
+#pragma unroll
+  for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
+  if (last) load_left<T, N, W>(p, seg, xrow, row, c0, carry);
+  float w[W], bias = 0.0f;
+  {
+    const int64_t d = mod_fast(row, p.dim);
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
+  }
+#pragma unroll 1
+  for (int st = 0; st < nsteps; ++st) {
+    copy_async_wait<kP - 1>();  // step st's group has landed
+    const uint4 xb = stage[rd][lane];
+    issue(st + kP, wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+    float xf[kH + N];  // x̃ at pos-(W-1) .. pos+N-1
+    {
+      float xv[N];
+      unpack_words<T>(xb, xv);
+#pragma unroll
+      for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+    }
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      const float give = last ? carry[i] : xf[N + i];
+      xf[i] = gpu_shfl(give, src_prev, kTeam);
+      carry[i] = xf[N + i];
+    }
+    float out[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float z = bias;
+#pragma unroll
+      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+      out[e] = kSilu ? silu_f(z) : z;
+    }
+    if (st < lsteps) store_words(yp + static_cast<int64_t>(st) * kStep, pack_words<T>(out));
+  }
+  copy_async_wait<0>();  // the ring is free for the team's next tile
+  if (p.ret_final && lane == 0 && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row);
+}
+
+// is_stream_tile for the stream kernel's tile check, which a team runs
+// before anything else: see seg_lines_together.
+template <class T>
+__device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
+  return is_stream_tile<T>(seg) & seg_lines_together(seg);
+}
+
+
+template <class T, int W>
+__global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, detail::FwdStreamTraits<W>::kMinBlocks)
+    fwd_cf_stream_kernel(KParams p) {
+  constexpr int kTeams = detail::kFwdStreamTeams;
+  // Each team's ring of in-flight steps (fwd_cf_stream_team).
+  __shared__ uint4 stage[kTeams][detail::kFwdStreamPrefetch + 1][kTeam];
+  const int lane = threadIdx.x % kTeam;
+  const int team = threadIdx.x / kTeam;
+  const int64_t ntiles = p.total_tiles - p.tile_begin;
+  for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeams + team;
+    if (tile >= p.total_tiles) continue;
+    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    if (!stream_tile_head<T>(seg)) continue;
+    BoolSwitch(p.silu, [&](auto silu) {
+      fwd_cf_stream_team<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+    });
+  }
+}
+
+
+}  // namespace
+
+template <class T>
+hipError_t LaunchFwdCfStream(const KParams& k, hipStream_t s) {
+  constexpr int kTeams = detail::kFwdStreamTeams;
+  const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    fwd_cf_stream_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+  });
+  return launched ? hipGetLastError() : hipErrorInvalidValue;
+}
+
+template hipError_t LaunchFwdCfStream<F16>(const KParams&, hipStream_t);
+template hipError_t LaunchFwdCfStream<BF16>(const KParams&, hipStream_t);
+
+}  // namespace conv1d::kernels::dev

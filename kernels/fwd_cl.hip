@@ -1,0 +1,262 @@
+// Forward, channel-last (fwd_cl_kernel): thread (tx, ty) of a tile streams
+// a time chunk of a channel vector with a register window; 16-bit vectors
+// through a shared-memory ring of asynchronous copies (fwd_cl_ring).
+#include "kernels/fwd_common.h"
+
+namespace conv1d::kernels::dev {
+namespace {
+
+using detail::kClCols;
+using detail::kClRows;
+using detail::kTeam;
+using detail::kTeamsPerBlock;
+using detail::WidthSwitch;
+
+// Channel-last: thread (tx, ty) of tile (b, time block, channel block) owns
+// channels d0 .. d0+N-1 and time steps t0 .. t0+kSteps-1,
+// in sub-chunks of kSub steps.
+template <class T, int N, int W, int kSub>
+__device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegment& seg,
+                                              int64_t local, int tx, int ty) {
+  using S = typename T::S;
+  constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
+  const int64_t D = p.dim;
+  const int64_t L = seg.seqlen;
+  const int64_t nD = D / N;
+  const int64_t ndb = (nD + kClCols - 1) / kClCols;
+  const int64_t ntb = seg.nchunks;
+  const int64_t db = local % ndb;
+  const int64_t rest = local / ndb;
+  const int64_t tb = rest % ntb;
+  const int64_t b = rest / ntb;
+  const int64_t dv = db * kClCols + tx;
+  const int64_t t0 = (tb * kClRows + ty) * kSteps;
+  if (dv >= nD || t0 >= L) return;
+  const int64_t d0 = dv * N;
+  const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
+  S* yb = static_cast<S*>(seg.out(Role::kY)) + b * L * D + d0;
+
+  // Sub-chunks of kSub steps, all loads of one issued at once.
+  auto sub = [&](int64_t ts) {
+    S win[kSub + W - 1][N];  // x̃ at ts-(W-1) .. ts+kSub-1
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) {
+      const int64_t t = ts - (W - 1) + i;
+      if (t >= 0) {
+        load_raw<T, N>(xb + t * D, win[i]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          win[i][e] = p.has_init ? static_cast<const S*>(seg.in(Role::kInitialStates))
+                                       [(b * D + d0 + e) * (W - 1) + (W - 1) + t]
+                                 : T::from_f(0.0f);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSub; ++i) {
+      const int64_t t = ts + i;
+      if (t < L) {
+        load_raw<T, N>(xb + t * D, win[W - 1 + i]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) win[W - 1 + i][e] = T::from_f(0.0f);
+      }
+    }
+    float w[N][W];
+    float bias[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.in(Role::kWeight), (d0 + e) * W + k, p.wtype);
+      bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kSub; ++i) {
+      const int64_t t = ts + i;
+      if (t < L) {
+        float out[N];
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          float z = bias[e];
+#pragma unroll
+          for (int k = 0; k < W; ++k) z += w[e][k] * T::to_f(win[i + k][e]);
+          out[e] = act_fwd(z, p.silu);
+        }
+        store_f<T, N>(yb + t * D, out);
+        if (p.ret_final && t == L - 1) {
+          S* fin = static_cast<S*>(seg.out(Role::kFinalStates));
+#pragma unroll
+          for (int e = 0; e < N; ++e) {
+#pragma unroll
+            for (int j = 0; j < W - 1; ++j) fin[(b * D + d0 + e) * (W - 1) + j] = win[i + 1 + j][e];
+          }
+        }
+      }
+    }
+  };
+  if constexpr (kSub >= kSteps) {
+    sub(t0);
+  } else {
+#pragma unroll 1
+    for (int64_t ts = t0; ts < t0 + kSteps && ts < L; ts += kSub) sub(ts);
+  }
+}
+
+// Channel-last, 16-bit vector path: the chunk of fwd_cl_thread walked one
+// step at a time, x of the next kP steps in flight as asynchronous copies
+// into this thread's slots of a shared-memory ring (`ring`: slot s, thread
+// th at ring[s * threads + th]), the last W-1 x̃ carried in registers.
+template <class T, int N, int W, bool kSilu>
+__device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegment& seg,
+                                            int64_t local, int tx, int ty, void* ring_mem) {
+  using S = typename T::S;
+  constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
+  constexpr int kP = detail::kClFwdPrefetch16;
+  constexpr int kSlots = kP + 1;
+  constexpr int kVB = N * static_cast<int>(sizeof(S));
+  static_assert(kVB == 16 || kVB == 8, "8- or 16-byte vectors");
+  using V = typename std::conditional<kVB == 16, uint4, uint2>::type;
+  constexpr int kThreads = kClCols * kClRows;
+  V* ring = static_cast<V*>(ring_mem);
+  const int th = ty * kClCols + tx;
+  const int64_t D = p.dim;
+  const int64_t L = seg.seqlen;
+  const int64_t nD = D / N;
+  const int64_t ndb = (nD + kClCols - 1) / kClCols;
+  const int64_t ntb = seg.nchunks;
+  const int64_t db = local % ndb;
+  const int64_t rest = local / ndb;
+  const int64_t tb = rest % ntb;
+  const int64_t b = rest / ntb;
+  const int64_t dv = db * kClCols + tx;
+  const int64_t t0 = (tb * kClRows + ty) * kSteps;
+  if (dv >= nD || t0 >= L) return;
+  const int64_t d0 = dv * N;
+  const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
+  S* yt = static_cast<S*>(seg.out(Role::kY)) + b * L * D + d0 + t0 * D;
+  const int64_t left = L - t0;
+  const int nsteps = left >= kSteps ? kSteps : static_cast<int>(left);
+  const S* xi = xb + t0 * D;
+  int ni = 0;
+  auto issue = [&](int slot) {
+    if (ni < nsteps) {
+      if constexpr (kVB == 16) copy16_async(&ring[slot * kThreads + th], xi, 16);
+      else copy8_async(&ring[slot * kThreads + th], xi, 8);
+    }
+    copy_async_commit();
+    xi += D;
+    ++ni;
+  };
+#pragma unroll
+  for (int q = 0; q < kP; ++q) issue(q);
+
+  float xw[W - 1][N];  // x̃ at t-(W-1) .. t-1 for the next step t
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) {
+    const int64_t t = t0 - (W - 1) + i;
+    if (t >= 0) {
+      load_f<T, N>(xb + t * D, xw[i]);
+    } else {
+      const S* init = static_cast<const S*>(seg.in(Role::kInitialStates));
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        xw[i][e] = p.has_init ? T::to_f(init[(b * D + d0 + e) * (W - 1) + (W - 1) + t]) : 0.0f;
+      }
+    }
+  }
+  float w[N][W];
+  float bias[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.in(Role::kWeight), (d0 + e) * W + k, p.wtype);
+    bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
+  }
+  // Only the chunk holding t = L-1 writes final states.
+  const bool fin_here = p.ret_final && L - t0 <= kSteps;
+  int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
+#pragma unroll 1
+  for (int i = 0; i < nsteps; ++i) {
+    copy_async_wait<kP - 1>();  // step i's group has landed
+    const V xr = ring[rd * kThreads + th];
+    issue(wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+    float xv[N];
+    {
+      S xs[N];
+      __builtin_memcpy(xs, &xr, kVB);
+      unpack_f<T, N>(xs, xv);
+    }
+    float out[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      float z = bias[e];
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) z += w[e][k] * xw[k][e];
+      z += w[e][W - 1] * xv[e];
+      out[e] = kSilu ? silu_f(z) : z;
+#pragma unroll
+      for (int k = 0; k < W - 2; ++k) xw[k][e] = xw[k + 1][e];
+      xw[W - 2][e] = xv[e];
+    }
+    store_f<T, N>(yt, out);
+    yt += D;
+  }
+  copy_async_wait<0>();
+  if (fin_here) {
+    // xw holds x̃ at L-(W-1) .. L-1.
+    S* fin = static_cast<S*>(seg.out(Role::kFinalStates));
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+#pragma unroll
+      for (int j = 0; j < W - 1; ++j) fin[(b * D + d0 + e) * (W - 1) + j] = T::from_f(xw[j][e]);
+    }
+  }
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(kClCols * kClRows, (detail::FwdClTraits<sizeof(typename T::S), W>::kMinBlocks))
+    fwd_cl_kernel(KParams p) {
+  using S = typename T::S;
+  constexpr int N = detail::ClVecFwd(sizeof(S));
+  constexpr bool kRing = sizeof(S) == 2 && detail::kClFwdPrefetch16 > 0;
+  constexpr int kRingBytes = kRing ? (detail::kClFwdPrefetch16 + 1) * kClCols * kClRows * N * 2 : 16;
+  __shared__ uint4 ring[kRingBytes / 16];
+  const int tx = threadIdx.x % kClCols;
+  const int ty = threadIdx.x / kClCols;
+  for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
+    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
+    if (seg.vec) {
+      if constexpr (kRing) {
+        BoolSwitch(p.silu, [&](auto silu) {
+          fwd_cl_ring<T, N, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, ring);
+        });
+      } else {
+        fwd_cl_thread<T, N, W, detail::ClStepsFwd(sizeof(S))>(p, seg, tile - seg.tile_begin, tx, ty);
+      }
+    } else {
+      constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
+      fwd_cl_thread<T, 1, W, kSteps < 8 ? kSteps : 8>(p, seg, tile - seg.tile_begin, tx, ty);
+    }
+  }
+}
+
+
+}  // namespace
+
+template <class T>
+hipError_t LaunchFwdCl(const KParams& k, hipStream_t s) {
+  const unsigned grid = GridFor(k.total_tiles);
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    fwd_cl_kernel<T, decltype(w)::value><<<grid, kClCols * kClRows, 0, s>>>(k);
+  });
+  return launched ? hipGetLastError() : hipErrorInvalidValue;
+}
+
+template hipError_t LaunchFwdCl<F32>(const KParams&, hipStream_t);
+template hipError_t LaunchFwdCl<F16>(const KParams&, hipStream_t);
+template hipError_t LaunchFwdCl<BF16>(const KParams&, hipStream_t);
+
+}  // namespace conv1d::kernels::dev

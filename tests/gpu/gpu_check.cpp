@@ -1,0 +1,129 @@
+// See gpu_check.h.
+#include "tests/gpu/gpu_check.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+#include "tests/gpu/reference.h"
+
+namespace conv1d::testing {
+
+using kernels::KernelActivation;
+using kernels::KernelLayout;
+using kernels::KernelOp;
+
+
+RefShape RefShapeOf(const Conv1dProblem& p, const SegmentData& s) {
+  RefShape r;
+  r.batch = s.batch;
+  r.dim = p.dim;
+  r.seqlen = s.seqlen;
+  r.width = p.width;
+  r.channel_last = p.layout == KernelLayout::kChannelLast;
+  r.silu = p.activation == KernelActivation::kSiLU;
+  r.has_bias = p.has_bias;
+  r.has_init = p.has_initial_states;
+  r.has_dfinal = p.has_dfinal_states;
+  return r;
+}
+
+std::mt19937_64 TestRng() {
+  uint64_t seed = 0;
+  const char* env = std::getenv("CONV1D_TEST_SEED");
+  if (env != nullptr && *env != '\0') {
+    seed = std::strtoull(env, nullptr, 0);
+  } else {
+    std::random_device rd;
+    seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::printf("[ seed     ] %s.%s seed=%llu (replay: CONV1D_TEST_SEED=%llu --gtest_filter=%s.%s)\n",
+              t ? t->test_suite_name() : "?", t ? t->name() : "?",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
+              t ? t->test_suite_name() : "*", t ? t->name() : "*");
+  std::fflush(stdout);
+  return std::mt19937_64(seed);
+}
+
+// Checks every output of every segment against the reference.
+std::string CheckAll(const Conv1dProblem& p, const std::vector<SegmentData>& segs) {
+  const double tol = Tolerance(p.x_type);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const SegmentData& s = segs[i];
+    const RefShape r = RefShapeOf(p, s);
+    const std::string tag = "segment " + std::to_string(i) + " ";
+    std::string err;
+    if (p.op == KernelOp::kForward) {
+      std::vector<double> y, fin;
+      RefForward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(), &y, &fin);
+      err = Compare(tag + "y", s.y, y, tol);
+      if (err.empty() && p.return_final_states) err = Compare(tag + "final", s.final_states, fin, tol);
+    } else if (p.op == KernelOp::kBackward) {
+      std::vector<double> dx, dw, db, dinit;
+      RefBackward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(),
+                  s.dout.Values(), s.dfinal.Values(), &dx, &dw, &db, &dinit);
+      const double gtol = std::max(Tolerance(p.grad_weight_type), 1e-4);
+      err = Compare(tag + "dx", s.dx, dx, tol);
+      if (err.empty()) err = Compare(tag + "dweight", s.dweight, dw, gtol);
+      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, db, gtol);
+      if (err.empty() && p.return_dinitial_states) err = Compare(tag + "dinit", s.dinit, dinit, tol);
+    } else {
+      std::vector<double> y, st;
+      RefUpdate(r, s.state_len, s.x.Values(), s.state.Values(), s.weight.Values(), s.bias.Values(),
+                &y, &st);
+      err = Compare(tag + "y", s.y, y, tol);
+      if (err.empty()) err = Compare(tag + "state", s.state_out, st, tol);
+    }
+    if (!err.empty()) return err;
+  }
+  return "";
+}
+
+std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& segs) {
+  std::string s = "op=" + std::to_string(static_cast<int>(p.op)) +
+                  " x=" + std::to_string(static_cast<int>(p.x_type)) +
+                  " w=" + std::to_string(static_cast<int>(p.weight_type)) +
+                  " gw=" + std::to_string(static_cast<int>(p.grad_weight_type)) +
+                  " D=" + std::to_string(p.dim) + " W=" + std::to_string(p.width) +
+                  (p.layout == KernelLayout::kChannelLast ? " CL" : " CF") +
+                  (p.activation == KernelActivation::kSiLU ? " silu" : "") +
+                  (p.has_bias ? " bias" : "") + (p.has_initial_states ? " init" : "") +
+                  (p.return_final_states ? " final" : "") + (p.has_dfinal_states ? " dfinal" : "") +
+                  (p.return_dinitial_states ? " dinit" : "");
+  for (const auto& g : segs) s += " [B=" + std::to_string(g.batch) + " L=" + std::to_string(g.seqlen) + "]";
+  return s;
+}
+
+std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
+                          std::mt19937_64& rng) {
+  std::vector<SegmentData> segs(1);
+  segs[0].batch = batch;
+  segs[0].seqlen = seqlen;
+  MakeInputs(p, &segs[0], rng);
+  std::string err = RunFused(p, &segs);
+  if (err.empty()) err = CheckAll(p, segs);
+  return err.empty() ? err : err + " " + Describe(p, segs);
+}
+
+Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, int W, uint32_t bits) {
+  Conv1dProblem p;
+  p.op = op;
+  p.x_type = pr.x;
+  p.weight_type = pr.w;
+  p.grad_weight_type = (bits & 32) ? pr.w : ScalarType::kF32;
+  p.dim = D;
+  p.width = W;
+  p.layout = layout;
+  p.activation = (bits & 1) ? KernelActivation::kSiLU : KernelActivation::kNone;
+  p.has_bias = bits & 2;
+  p.has_initial_states = bits & 4;
+  p.return_final_states = op == KernelOp::kForward && (bits & 8);
+  p.has_dfinal_states = op == KernelOp::kBackward && (bits & 8);
+  p.return_dinitial_states = op == KernelOp::kBackward && (bits & 16);
+  return p;
+}
+
+
+}  // namespace conv1d::testing

@@ -1,0 +1,57 @@
+// Checks shared by the GPU kernel tests: the dtype pairs under test, a
+// problem from feature bits, every output of a fused launch against the
+// float64 reference, and the random generator whose seed a test prints and
+// a run may fix (CONV1D_TEST_SEED) to replay a failure.
+//
+// Used by tests/gpu only. Not thread-safe (call from the test's thread).
+#ifndef CONV1D_TESTS_GPU_GPU_CHECK_H_
+#define CONV1D_TESTS_GPU_GPU_CHECK_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_harness.h"
+#include "tests/gpu/reference.h"
+
+namespace conv1d::testing {
+
+// An activation dtype and a weight dtype.
+struct Pair {
+  ScalarType x, w;
+};
+inline constexpr Pair kPairs[] = {{ScalarType::kF32, ScalarType::kF32},
+                                  {ScalarType::kF16, ScalarType::kF16},
+                                  {ScalarType::kBF16, ScalarType::kBF16},
+                                  {ScalarType::kF16, ScalarType::kF32},
+                                  {ScalarType::kBF16, ScalarType::kF32}};
+
+// A generator for one test: seeded from CONV1D_TEST_SEED when set, else at
+// random; prints the seed and how to replay it.
+std::mt19937_64 TestRng();
+
+// A problem from feature bits: 1 SiLU, 2 bias, 4 initial states, 8 final /
+// dfinal states, 16 dinitial states, 32 grad weight in the weight dtype.
+kernels::Conv1dProblem MakeProblem(kernels::KernelOp op, Pair pr, kernels::KernelLayout layout,
+                                   int64_t D, int W, uint32_t bits);
+
+// The reference's shape of segment `s` of problem `p`.
+RefShape RefShapeOf(const Conv1dProblem& p, const SegmentData& s);
+
+// Checks every output of every segment against the reference: "" or what
+// failed.
+std::string CheckAll(const Conv1dProblem& p, const std::vector<SegmentData>& segs);
+
+// The problem and the segments' shapes, for failure messages.
+std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& segs);
+
+// One segment of `batch` rows of `seqlen` with fresh random inputs, run in
+// a fused launch and checked: "" when every output is right, else what
+// failed and the problem.
+std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
+                          std::mt19937_64& rng);
+
+}  // namespace conv1d::testing
+
+#endif  // CONV1D_TESTS_GPU_GPU_CHECK_H_
