@@ -1,8 +1,10 @@
 #include "server/frontend/conv1d_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/optional.h"
@@ -43,6 +45,29 @@ struct ComputeCall {
   std::shared_ptr<const WeightSet> weights;
 };
 
+// Makes the last slice of `buffer` hold `hold` until gRPC lets go of it,
+// i.e. until the answer has been sent. An empty buffer holds nothing.
+void HoldUntilSent(grpc::ByteBuffer* buffer, std::shared_ptr<void> hold) {
+  std::vector<grpc::Slice> slices;
+  if (buffer->Length() == 0 || !buffer->Dump(&slices).ok() || slices.empty()) return;
+  struct Keep {
+    grpc::Slice slice;
+    std::shared_ptr<void> hold;
+  };
+  auto* keep = new Keep{slices.back(), std::move(hold)};
+  slices.back() = grpc::Slice(const_cast<uint8_t*>(keep->slice.begin()),
+                              keep->slice.size(),
+                              [](void* k) { delete static_cast<Keep*>(k); }, keep);
+  *buffer = grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The received message is parsed: give its bytes back now rather than when
+// the call ends. The buffer belongs to the call and is read by no one after
+// the handler.
+void ReleaseRequestBytes(const grpc::ByteBuffer* request) {
+  const_cast<grpc::ByteBuffer*>(request)->Clear();
+}
+
 }  // namespace
 
 Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
@@ -68,6 +93,12 @@ Conv1dService::CallInfo Conv1dService::Begin(const char* method,
   call.bytes_received = static_cast<int64_t>(request->Length());
   call.request_id = request_ids_.Next(*context);
   observer_->OnRequestStart(method);
+  if (options_.admission != nullptr) {
+    call.inflight = options_.admission->TryReserve(call.bytes_received);
+    if (call.inflight == nullptr) {
+      call.admitted = options_.admission->RefusedError("request", call.bytes_received);
+    }
+  }
   return call;
 }
 
@@ -92,6 +123,7 @@ void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
         status = absl::InternalError(absl::StrCat("response: ", s.error_message()));
       }
     }
+    if (status.ok() && call.inflight != nullptr) HoldUntilSent(response, call.inflight);
   }
   const absl::Duration latency = absl::Now() - call.start;
   observer_->OnRequestDone(call.method, status.code(), latency, call.bytes_received,
@@ -123,12 +155,15 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     return reactor;
   };
 
+  if (!info.admitted.ok()) return fail(RejectReason::kMemoryFull, info.admitted);
+
   auto call = std::make_shared<ComputeCall<Request, Response>>();
   const HostAllocator allocate = [backend = backend_](int64_t bytes) {
     return backend->AllocateHostBuffer(bytes);
   };
   absl::Status status = ParseWithDetachedData(*request, &call->request, host_min_bytes_,
                                               allocate, &call->request_data);
+  ReleaseRequestBytes(request);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
   ValidatedCall valid;
@@ -137,6 +172,16 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   status = CheckRequestSize(valid, options_.limits);
   if (!status.ok()) return fail(RejectReason::kTooLarge, status);
+  // The response's bytes join the call's bytes in flight before they exist
+  // (inputs are in the request, counted already; registered weights make
+  // this an overestimate).
+  if (info.inflight != nullptr) {
+    const int64_t response_bytes = std::max<int64_t>(valid.total_bytes - info.bytes_received, 0);
+    if (!info.inflight->Grow(response_bytes)) {
+      return fail(RejectReason::kMemoryFull,
+                  options_.admission->RefusedError("response", response_bytes));
+    }
+  }
 
   // The only request-sized allocation: the response's output bytes, within
   // the limit just checked. Backends check the bound outputs too.
@@ -189,7 +234,13 @@ grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Request req;
   Response resp;
+  if (!info.admitted.ok()) {
+    observer_->OnRejected(RejectReason::kMemoryFull);
+    Finish(reactor, context, info, nullptr, response, info.admitted);
+    return reactor;
+  }
   absl::Status status = ParseMessage(*request, &req);
+  ReleaseRequestBytes(request);
   if (status.ok()) {
     info.request = &req;
     status = handle(req, &resp);

@@ -15,7 +15,11 @@ using ::absl::StrCat;
 
 template <typename Dims>
 std::string ShapeString(const Dims& dims) {
-  return StrCat("[", absl::StrJoin(dims, ","), "]");
+  // Bounded whatever the request sent: the first dims and a count.
+  constexpr int kShown = 8;
+  if (dims.size() <= kShown) return StrCat("[", absl::StrJoin(dims, ","), "]");
+  return StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + kShown, ","), ",... (",
+                dims.size(), " dims)]");
 }
 
 const char* WireDTypeName(int wire) {
