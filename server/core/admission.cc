@@ -21,6 +21,23 @@ namespace {
 // second under steady load.
 constexpr absl::Duration kTrimDelay = absl::Milliseconds(100);
 
+// How often the trimmer looks at the heap's free bytes when nothing made a
+// trim due.
+constexpr absl::Duration kHeapCheckPeriod = absl::Milliseconds(500);
+
+// Free heap bytes, beyond those already free at the last trim, that make
+// the periodic look trim.
+constexpr int64_t kHeapGrowthBytes = int64_t{8} << 20;
+
+// Free bytes held in malloc's heap; 0 where that cannot be known.
+int64_t FreeHeapBytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  return static_cast<int64_t>(mallinfo2().fordblks);
+#else
+  return 0;
+#endif
+}
+
 // cgroup v2's limit of this process's group; -1 when unlimited or unknown.
 int64_t CgroupMemoryMax() {
   std::ifstream in("/sys/fs/cgroup/memory.max");
@@ -87,7 +104,11 @@ ByteAdmission::~ByteAdmission() {
 
 std::shared_ptr<ByteAdmission::Reservation> ByteAdmission::TryReserve(int64_t bytes) {
   bytes = std::max<int64_t>(bytes, 0);
-  if (!Add(bytes)) return nullptr;
+  if (!Add(bytes)) {
+    // The refused bytes were received all the same, and are freed now.
+    NoteFreed(bytes);
+    return nullptr;
+  }
   return std::shared_ptr<Reservation>(new Reservation(this, bytes));
 }
 
@@ -112,7 +133,11 @@ bool ByteAdmission::Add(int64_t bytes) {
 void ByteAdmission::Release(int64_t bytes) {
   if (bytes <= 0) return;
   inflight_.fetch_sub(bytes, std::memory_order_relaxed);
-  if (trim_after_released_bytes_ == 0) return;
+  NoteFreed(bytes);
+}
+
+void ByteAdmission::NoteFreed(int64_t bytes) {
+  if (trim_after_released_bytes_ == 0 || bytes <= 0) return;
   absl::MutexLock lock(&mu_);
   released_since_trim_ += bytes;
 }
@@ -127,19 +152,30 @@ void ByteAdmission::TrimLoop() {
   auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || released_since_trim_ >= trim_after_released_bytes_;
   };
+  int64_t free_after_trim = FreeHeapBytes();
   while (true) {
-    mu_.Await(absl::Condition(&due));
-    if (stop_) return;
-    // Let the rest of a burst finish releasing, then trim once.
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), kTrimDelay);
-    if (stop_) return;
+    // Released reservations make a trim due at once; memory freed where no
+    // reservation sees it (a stream the transport cancelled over its quota)
+    // is found by the periodic look at the heap.
+    if (mu_.AwaitWithTimeout(absl::Condition(&due), kHeapCheckPeriod)) {
+      if (stop_) return;
+      // Let the rest of a burst finish releasing, then trim once.
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), kTrimDelay);
+      if (stop_) return;
+    }
+    const bool due_now = released_since_trim_ >= trim_after_released_bytes_;
     released_since_trim_ = 0;
     mu_.Unlock();
+    // Trimmed pages still count as free in malloc's figures: what matters
+    // is how much more is free than after the last trim.
+    const int64_t free_bytes = FreeHeapBytes();
+    const bool trim = due_now || free_bytes >= free_after_trim + kHeapGrowthBytes;
 #ifdef __GLIBC__
-    malloc_trim(0);
+    if (trim) malloc_trim(0);
 #endif
+    if (trim || free_bytes < free_after_trim) free_after_trim = FreeHeapBytes();
     mu_.Lock();
-    ++trims_;
+    if (trim) ++trims_;
   }
 }
 

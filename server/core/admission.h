@@ -11,9 +11,11 @@
 // nothing when one message may be 1 GiB).
 //
 // Freed request buffers stay in glibc's heap unless trimmed: after
-// trim_after_released_bytes have been released, a background thread returns
-// free heap pages to the system (malloc_trim), so a server that went idle
-// after a burst of large requests is back near its idle resident size.
+// trim_after_released_bytes have been released or refused, or whenever the
+// heap's free bytes grew by 8 MiB (looked at twice a second), a background
+// thread returns free heap pages to the system (malloc_trim), so a server
+// that went idle after a burst of large requests is back near its idle
+// resident size.
 //
 // Thread-safety: every method is thread-safe; Reservations may be released
 // on any thread.
@@ -82,7 +84,7 @@ class ByteAdmission {
   ByteAdmission& operator=(const ByteAdmission&) = delete;
 
   // A reservation of `bytes` (>= 0), or null when the bytes in flight would
-  // pass the limit.
+  // pass the limit (the caller then frees them: they count towards a trim).
   std::shared_ptr<Reservation> TryReserve(int64_t bytes);
 
   // RESOURCE_EXHAUSTED naming the limit, for a refused `bytes` of `what`.
@@ -98,6 +100,8 @@ class ByteAdmission {
   explicit ByteAdmission(const AdmissionOptions& options, int64_t max_inflight_bytes);
   bool Add(int64_t bytes);
   void Release(int64_t bytes);
+  // Counts bytes freed towards the next trim.
+  void NoteFreed(int64_t bytes);
   void TrimLoop();
 
   const int64_t max_inflight_bytes_;

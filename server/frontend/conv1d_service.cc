@@ -155,7 +155,10 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     return reactor;
   };
 
-  if (!info.admitted.ok()) return fail(RejectReason::kMemoryFull, info.admitted);
+  if (!info.admitted.ok()) {
+    ReleaseRequestBytes(request);
+    return fail(RejectReason::kMemoryFull, info.admitted);
+  }
 
   auto call = std::make_shared<ComputeCall<Request, Response>>();
   const HostAllocator allocate = [backend = backend_](int64_t bytes) {
@@ -235,6 +238,7 @@ grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
   Request req;
   Response resp;
   if (!info.admitted.ok()) {
+    ReleaseRequestBytes(request);
     observer_->OnRejected(RejectReason::kMemoryFull);
     Finish(reactor, context, info, nullptr, response, info.admitted);
     return reactor;

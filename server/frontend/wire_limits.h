@@ -8,13 +8,16 @@
 // more than kMaxWireRank dims: INVALID_ARGUMENT naming the field (for
 // example "inline_weights.weight.shape"), in a message of bounded size.
 //
-// It follows protobuf's rules for what is a field: a Tensor sent more than
-// once is merged by protobuf, so the dims of every occurrence count; a field
-// with an unexpected wire type is an unknown field and is not counted.
+// It follows protobuf's rules for what is a field, so that it refuses a
+// message exactly when protobuf would parse it into one with a Tensor of
+// more than kMaxWireRank dims: a Tensor sent more than once is merged by
+// protobuf, so the dims of every occurrence count; a member of a oneof
+// clears the others; a field with an unexpected wire type is an unknown
+// field and is not counted.
 // Bytes that are not valid protobuf are left for the parser to refuse (the
-// check stops at the first malformed field and says OK), except that a
-// packed shape longer than kMaxWireRank 10-byte varints is refused either
-// way: it holds more dims than allowed or does not parse.
+// check says OK). A packed shape is counted without being read when it is
+// longer than kMaxWireRank 10-byte varints: it holds more dims than that or
+// does not parse.
 //
 // Used by wire_tensors.cc before every request parse, and by the fuzz
 // targets. Pure function; thread-safe.
