@@ -41,7 +41,7 @@ enum class MessageKind { kForward = 0, kBackward = 1, kUpdate = 2, kRegister = 3
 
 struct Input {
   MessageKind kind = MessageKind::kForward;
-  int64_t min_bytes = -1;  // -1, 0, 16 or 4096
+  int64_t min_bytes = -1;  // -1, 0, 16 or 512
   std::string message;     // the request's bytes
   grpc::ByteBuffer buffer;  // the same bytes as gRPC might hand them over
 };
@@ -53,7 +53,7 @@ inline bool Decode(const uint8_t* data, size_t size, Input* in) {
   if (size < 1) return false;
   const uint8_t head = data[0];
   in->kind = static_cast<MessageKind>(head & 3);
-  constexpr int64_t kThresholds[] = {-1, 0, 16, 4096};
+  constexpr int64_t kThresholds[] = {-1, 0, 16, 512};
   in->min_bytes = kThresholds[(head >> 2) & 3];
   in->message.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t cut = head >> 4;

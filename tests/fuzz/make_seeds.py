@@ -57,7 +57,7 @@ def seeds():
     yield "forward_silu_states", head(FORWARD, 2, 3), (
         field(1, 2, tensor(1, [2, 8, 40])) + field(3, 0, 1) + field(5, 2, inline)
         + field(6, 2, tensor(1, [2, 8, 3])) + field(7, 0, 1))
-    yield "forward_named", head(FORWARD, 3), field(1, 2, tensor(1, [1, 8, 130])) + field(4, 2, b"w")
+    yield "forward_named", head(FORWARD, 3), field(1, 2, tensor(1, [1, 8, 20])) + field(4, 2, b"w")
     yield "forward_bf16_channel_last", head(FORWARD, 1, 5), (
         field(1, 2, tensor(3, [2, 5, 8])) + field(2, 0, 1)
         + field(5, 2, field(1, 2, tensor(3, [8, 3]))))
