@@ -26,6 +26,7 @@ if [[ $want_test == 1 ]]; then
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
     yamllint shellcheck
+    clang-14 libclang-rt-14-dev  # fuzz targets (libFuzzer) and the sanitize preset
   )
   # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
   # (Debian's comes in kubernetes-client).

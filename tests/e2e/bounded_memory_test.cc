@@ -7,7 +7,9 @@
 //   - eight concurrent requests over --max_inflight_bytes are refused
 //     RESOURCE_EXHAUSTED, the server keeps serving, and its resident size is
 //     back within 10 % of idle afterwards. The default run scales the burst
-//     down (8 x 40 MB); FullSize (label slow) sends 8 x 300 MB.
+//     down (8 x 40 MB); FullSize (label slow) sends 8 x 300 MB;
+//   - in-process: a response over the limit is refused by the service, and
+//     the weight cap counts each set's bookkeeping.
 #include <signal.h>
 
 #include <cstdint>
@@ -232,6 +234,75 @@ TEST(BoundedMemory, RequestsOverTheByteLimitAreRefusedAndMemoryReturns) {
 
 TEST(BoundedMemoryFullSize, EightRequestsOf300MBOverTheLimitAreRefused) {
   RefusedBurstReleasesItsMemory(300'000'000, int64_t{256} << 20);
+}
+
+// In-process: a call whose response would pass the byte limit is refused
+// by the service itself, naming the limit; the bytes held go back to zero.
+TEST(BoundedMemory, ResponseOverTheByteLimitIsRefusedByTheService) {
+  ServerOptions options;
+  options.backend.name = BackendUnderTest();
+  options.max_inflight_bytes = int64_t{2} << 20;
+  TestServer ts;
+  StartTestServer(std::move(options), &ts);
+  ASSERT_NE(ts.server, nullptr);
+  EXPECT_EQ(ts.server->max_inflight_bytes(), int64_t{2} << 20);
+  Rng rng(5);
+  Case c;
+  c.dim = 64;
+  c.seqlen = 5000;  // x: 1.28 MB, and y as large: 2.56 MB together
+  const Inputs in = MakeInputs(c, &rng);
+  std::string answer;
+  grpc::Status s = RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward",
+                                MakeForward(c, in).SerializeAsString(), &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "max_inflight_bytes (2097152"))
+      << s.error_message();
+  c.seqlen = 500;
+  const Inputs small = MakeInputs(c, &rng);
+  s = RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward",
+                   MakeForward(c, small).SerializeAsString(), &answer);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  v1::ForwardResponse r;
+  ASSERT_TRUE(r.ParseFromString(answer));
+  EXPECT_EQ(CheckForward(c, small, r), "");
+  for (int i = 0; i < 100 && ts.server->inflight_bytes() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(ts.server->inflight_bytes(), 0);
+}
+
+// The weight cap counts what a set takes, not only its weight bytes: tiny
+// sets (2 bytes of weights each) fill 64 KiB after a few hundred, not 32768.
+TEST(BoundedMemory, WeightCapCountsEachSetsBookkeeping) {
+  ServerOptions options;
+  options.backend.name = BackendUnderTest();
+  options.max_weight_bytes = int64_t{64} << 10;
+  TestServer ts;
+  StartTestServer(std::move(options), &ts);
+  ASSERT_NE(ts.server, nullptr);
+  auto stub = v1::Conv1d::NewStub(ts.channel);
+  int registered = 0;
+  grpc::Status last;
+  for (; registered < 40000; ++registered) {
+    v1::RegisterWeightsRequest req;
+    req.set_name(absl::StrCat("s", registered));
+    req.mutable_weight()->set_dtype(v1::FP16);
+    req.mutable_weight()->add_shape(1);
+    req.mutable_weight()->add_shape(1);
+    req.mutable_weight()->set_data(std::string("\x01\x3c", 2));
+    v1::RegisterWeightsResponse resp;
+    grpc::ClientContext ctx;
+    last = stub->RegisterWeights(&ctx, req, &resp);
+    if (!last.ok()) break;
+    EXPECT_EQ(resp.info().bytes(), 2);  // what the API reports: the data
+  }
+  EXPECT_EQ(last.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << last.error_message();
+  EXPECT_TRUE(absl::StrContains(last.error_message(), "65536")) << last.error_message();
+  std::printf("%d sets of 2 bytes fit in 64 KiB\n", registered);
+  // Each set takes at least its own struct besides its data.
+  EXPECT_LE(registered, (64 << 10) / static_cast<int>(sizeof(WeightSet) + 2));
+  EXPECT_GT(registered, 10);
+  EXPECT_LE(ts.server->registry()->total_bytes(), int64_t{64} << 10);
 }
 
 }  // namespace
