@@ -32,7 +32,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
         "--max_connection_age_s", "--max_connection_age_grace_s",
         "--log_level", "--log_format", "--access_log", "--completion_threads", "--completion_chunk",
         "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes",
-        "--malloc_arena_max"}) {
+        "--malloc_arena_max", "--max_inflight_bytes"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -43,6 +43,8 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--threads=abc"}, "threads"},
       {{"--no_such_flag=1"}, "no_such_flag"},
       {{"--max_message_bytes=1000"}, "max_message_bytes"},
+      {{"--max_inflight_bytes=1000"}, "max_inflight_bytes: 1000 is neither 0 nor within"},
+      {{"--max_inflight_bytes=-1"}, "max_inflight_bytes: -1"},
       {{"--log_level=loud"}, "--log_level: unknown level 'loud'"},
       {{"--log_format=xml"}, "--log_format: unknown format 'xml'"},
       {{"--access_log=/nonexistent-dir/access.log"}, "--access_log: cannot open"},

@@ -34,6 +34,15 @@
 namespace conv1d::e2e {
 namespace {
 
+// Under AddressSanitizer the server's memory is ASan's (redzones, a
+// quarantine of freed blocks, no malloc_trim): the codes are checked, the
+// resident sizes are not.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMeasureMemory = false;
+#else
+constexpr bool kMeasureMemory = true;
+#endif
+
 std::string Varint(uint64_t v) {
   std::string s;
   while (v >= 0x80) {
@@ -155,7 +164,7 @@ TEST(BoundedMemory, ShapeBombIsInvalidArgumentAndPeakMemoryStaysUnderTwiceItsSiz
                   host_tensors, bomb.field, static_cast<long long>(size),
                   static_cast<long long>(rss), static_cast<long long>(peak),
                   static_cast<double>(peak - rss) / static_cast<double>(size));
-      EXPECT_LE(peak - rss, 2 * size);
+      if (kMeasureMemory) EXPECT_LE(peak - rss, 2 * size);
     }
     // Still serving.
     EXPECT_TRUE(ForwardRaw(channel.get(), SmallForward(&rng)).ok());
@@ -215,6 +224,7 @@ void RefusedBurstReleasesItsMemory(int64_t request_bytes, int64_t limit_bytes) {
   }
   EXPECT_TRUE(ForwardRaw(channel.get(), SmallForward(&rng)).ok());
   // Freed memory goes back to the system, usually within a second.
+  if (!kMeasureMemory) return;
   int64_t after = 0;
   for (int i = 0; i < 150; ++i) {
     absl::SleepFor(absl::Milliseconds(100));
