@@ -15,10 +15,9 @@ using ::absl::StrCat;
 
 template <typename Dims>
 std::string ShapeString(const Dims& dims) {
-  // Bounded whatever the request sent: the first dims and a count.
-  constexpr int kShown = 8;
-  if (dims.size() <= kShown) return StrCat("[", absl::StrJoin(dims, ","), "]");
-  return StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + kShown, ","), ",... (",
+  // Bounded whatever the request sent: at most 8 dims shown, then a count.
+  if (dims.size() <= 8) return StrCat("[", absl::StrJoin(dims, ","), "]");
+  return StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + 8, ","), ",... (",
                 dims.size(), " dims)]");
 }
 
