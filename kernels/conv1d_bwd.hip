@@ -39,8 +39,8 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
   const int64_t row0 = multi ? local * seg.rows_per_tile : local / nchunks;
   const int64_t chunk = multi ? 0 : local - row0 * nchunks;
   const int64_t c0 = chunk * static_cast<int64_t>(kTeam * V * N);
-  const S* x = static_cast<const S*>(seg.x);
-  const S* dout = static_cast<const S*>(seg.dout);
+  const S* x = static_cast<const S*>(seg.in(Role::kX));
+  const S* dout = static_cast<const S*>(seg.in(Role::kDout));
 
   int64_t row[kMax], pos[kMax];
   bool slot[kMax], on[kMax];  // slot: team-uniform; on: this lane has data
@@ -76,8 +76,8 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
     if (j == 0 || multi) {
       const int64_t d = row[j] % p.dim;
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[j][k] = load_any(seg.weight, d * W + k, p.wtype);
-      bias[j] = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
+      for (int k = 0; k < W; ++k) w[j][k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+      bias[j] = p.has_bias ? load_any(seg.in(Role::kBias), d, p.wtype) : 0.0f;
     } else {
 #pragma unroll
       for (int k = 0; k < W; ++k) w[j][k] = w[0][k];
@@ -116,7 +116,7 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
         if (p.has_dfinal) {
           const int64_t t = pos[j] + e;
           if (t >= L - (W - 1)) {
-            acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[row[j] * (W - 1) + t - (L - (W - 1))]);
+            acc += T::to_f(static_cast<const S*>(seg.in(Role::kDfinalStates))[row[j] * (W - 1) + t - (L - (W - 1))]);
           }
         }
         dxv[e] = acc;
@@ -124,9 +124,9 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
 #pragma unroll
         for (int k = 0; k < W; ++k) dw[j][k] += g[j][e] * XT(j, e + k - (W - 1));
       }
-      store_f<T, N>(static_cast<S*>(seg.dx) + row[j] * L + pos[j], dxv);
+      store_f<T, N>(static_cast<S*>(seg.out(Role::kDx)) + row[j] * L + pos[j], dxv);
       if (p.ret_dinit && pos[j] == 0) {
-        S* dinit = static_cast<S*>(seg.dinitial_states) + row[j] * (W - 1);
+        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row[j] * (W - 1);
 #pragma unroll
         for (int i = 0; i < W - 1; ++i) {
           float acc = 0.0f;
@@ -136,7 +136,7 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
             acc += w[j][k] * (t < N ? g[j][t < N ? t : 0] : gn[j][t >= N ? t - N : 0]);
           }
           if (p.has_dfinal && i >= L) {
-            acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[row[j] * (W - 1) + i - L]);
+            acc += T::to_f(static_cast<const S*>(seg.in(Role::kDfinalStates))[row[j] * (W - 1) + i - L]);
           }
           dinit[i] = T::from_f(acc);
         }
@@ -211,8 +211,8 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
   const int64_t nrows = B * p.dim;
-  const S* x = static_cast<const S*>(seg.x);
-  const S* dout = static_cast<const S*>(seg.dout);
+  const S* x = static_cast<const S*>(seg.in(Role::kX));
+  const S* dout = static_cast<const S*>(seg.in(Role::kDout));
 
   int64_t row0, pos0, rstep, pstep, chunk = 0, nchunks = 1, tile_row0;
   int V = kMax, lpr = kTeam;
@@ -281,11 +281,11 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     if (!kMulti || (lane < seg.rows_per_tile && wr < nrows)) {
       const int64_t d = kMulti ? mod_fast(wr, p.dim) : d0;
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-      if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+      for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+      if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
     }
   }
-  const S* dfin = static_cast<const S*>(seg.dfinal_states);
+  const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates));
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int src_next = (lane + 1) & (kTeam - 1);
   const int64_t nparts = B * nchunks;
@@ -326,7 +326,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
       if constexpr (kMulti) {
         float own = 0.0f;
         if (first && on[j] && p.has_init) {
-          own = T::to_f(static_cast<const S*>(seg.initial_states)[(row0 + j * rstep) * kH + i]);
+          own = T::to_f(static_cast<const S*>(seg.in(Role::kInitialStates))[(row0 + j * rstep) * kH + i]);
         }
         xf[j][i] = first ? own : got;
       } else {
@@ -401,9 +401,9 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
         for (int k = 0; k < W; ++k) dwt[k] += g[j][e] * xf[j][e + k];
       }
-      store_f<T, N>(static_cast<S*>(seg.dx) + base + j * jstride, dxv);
+      store_f<T, N>(static_cast<S*>(seg.out(Role::kDx)) + base + j * jstride, dxv);
       if (!kFullTile && p.ret_dinit && pos == 0) {
-        S* dinit = static_cast<S*>(seg.dinitial_states) + r * kH;
+        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + r * kH;
 #pragma unroll
         for (int i = 0; i < kH; ++i) {
           float acc = 0.0f;
@@ -431,8 +431,8 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
             // B = 1 (planner): this is the channel's whole sum. 0 + v as
             // reduce_dw_kernel adds it (same bits, -0 included).
 #pragma unroll
-            for (int k = 0; k < W; ++k) store_any(seg.dweight, d * W + k, p.gwtype, 0.0f + dws[k]);
-            if (p.has_bias) store_any(seg.dbias, d, p.gwtype, 0.0f + dws[W]);
+            for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + dws[k]);
+            if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + dws[W]);
           } else {
             float* mine = p.partials + seg.ws_partial_offset + (d * nparts + b) * (W + 1);
 #pragma unroll
@@ -494,8 +494,8 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KPara
     if (lane == 0) {
 #pragma unroll
       for (int k = 0; k < kMaxK; ++k) {
-        if (k < W) store_any(seg.dweight, d * W + k, p.gwtype, acc[k]);
-        else if (k == W && p.has_bias) store_any(seg.dbias, d, p.gwtype, acc[k]);
+        if (k < W) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, acc[k]);
+        else if (k == W && p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, acc[k]);
       }
     }
   }
@@ -556,9 +556,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
   // Steps in which this lane lies inside the row.
   const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
-  const S* xp = static_cast<const S*>(seg.x) + row * L + lpos;
-  const S* dp = static_cast<const S*>(seg.dout) + row * L + lpos;
-  S* dxp = static_cast<S*>(seg.dx) + row * L + lpos;
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + row * L + lpos;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + row * L + lpos;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + row * L + lpos;
 
   // Step st's vectors into slot `slot` (st < nsteps), or for st == nsteps
   // lane 31's vectors just past the chunk (when inside the row); zeros
@@ -577,13 +577,13 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
 #pragma unroll
   for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-  if (last) load_left<T, N, W>(p, seg, static_cast<const S*>(seg.x) + row * L, row, c0, carry);
+  if (last) load_left<T, N, W>(p, seg, static_cast<const S*>(seg.in(Role::kX)) + row * L, row, c0, carry);
   float w[W], bias = 0.0f;
   {
     const int64_t d = mod_fast(row, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-    if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
   }
 
   float dw[W + 1];  // [W] is dbias
@@ -644,7 +644,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     if constexpr (kFirstStep) {
       if (p.ret_dinit && chunk == 0 && first) {
         // L > kTeam * N here, so dfinal_states never reaches dinitial_states.
-        S* dinit = static_cast<S*>(seg.dinitial_states) + row * kH;
+        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
 #pragma unroll
         for (int i = 0; i < kH; ++i) {
           float acc = 0.0f;
@@ -703,7 +703,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
       float dxv[N];
       dx_of(gh, dxv);
       if (p.has_dfinal && pos + N == L) {
-        const S* dfin = static_cast<const S*>(seg.dfinal_states) + row * kH;
+        const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
 #pragma unroll
         for (int i = 0; i < kH; ++i) dxv[N - kH + i] += T::to_f(dfin[i]);
       }
@@ -754,9 +754,9 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
   const int src_next = (lane + 1) & (kTeam - 1);
   const int64_t lpos = lane * N;
   const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
-  const S* xp = static_cast<const S*>(seg.x) + d * L + lpos;
-  const S* dp = static_cast<const S*>(seg.dout) + d * L + lpos;
-  S* dxp = static_cast<S*>(seg.dx) + d * L + lpos;
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + d * L + lpos;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + d * L + lpos;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + d * L + lpos;
 
   // The next step to issue: row ib, step ist (zeros once past the last row
   // or, in a partial last step, past L). One group per call.
@@ -779,8 +779,8 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
   int rd = 0, wr = kP;
   float w[W], bias = 0.0f;
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-  if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+  for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+  if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
 
   float dw[W + 1];  // [W] is dbias
 #pragma unroll
@@ -842,7 +842,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
     if constexpr (kFirstStep) {
       if (p.ret_dinit && first) {
         // L > kTeam * N (stream rows), so dfinal_states never reaches here.
-        S* dinit = static_cast<S*>(seg.dinitial_states) + row * kH;
+        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
 #pragma unroll
         for (int i = 0; i < kH; ++i) {
           float acc = 0.0f;
@@ -868,7 +868,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
 #pragma unroll
     for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
     if (last && p.has_init) {
-      load_left<T, N, W>(p, seg, static_cast<const S*>(seg.x) + row * L, row, 0, carry);
+      load_left<T, N, W>(p, seg, static_cast<const S*>(seg.in(Role::kX)) + row * L, row, 0, carry);
     }
     step(BoolTag<true>{}, 0);
 #pragma unroll 1
@@ -888,7 +888,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
       float dxv[N];
       dx_of(gh, dxv);
       if (p.has_dfinal && pos + N == L) {
-        const S* dfin = static_cast<const S*>(seg.dfinal_states) + row * kH;
+        const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
 #pragma unroll
         for (int i = 0; i < kH; ++i) dxv[N - kH + i] += T::to_f(dfin[i]);
       }
@@ -903,8 +903,8 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
   for (int k = 0; k <= W; ++k) v[k] = team_sum(dw[k]);
   if (first) {
 #pragma unroll
-    for (int k = 0; k < W; ++k) store_any(seg.dweight, d * W + k, p.gwtype, 0.0f + v[k]);
-    if (p.has_bias) store_any(seg.dbias, d, p.gwtype, 0.0f + v[W]);
+    for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + v[k]);
+    if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + v[W]);
   }
 }
 
@@ -971,14 +971,14 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
   const int src_next = (lane + 1) & (kTeam - 1);
   const int64_t lane_off = (row_begin + sub) * L + pos;
   const int64_t step_off = static_cast<int64_t>(rps) * L;
-  const S* xp = static_cast<const S*>(seg.x) + lane_off;
-  const S* dp = static_cast<const S*>(seg.dout) + lane_off;
-  S* dxp = static_cast<S*>(seg.dx) + lane_off;
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + lane_off;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + lane_off;
   // Read once: the loop's stores could alias the segment table as far as
   // the compiler knows, which would reload these after every store.
-  void* const dweight = seg.dweight;
-  void* const dbias = seg.dbias;
-  S* const dinit0 = static_cast<S*>(seg.dinitial_states);
+  void* const dweight = seg.out(Role::kDweight);
+  void* const dbias = seg.out(Role::kDbias);
+  S* const dinit0 = static_cast<S*>(seg.out(Role::kDinitialStates));
   const int64_t ws_off = seg.ws_partial_offset;
   const int64_t seg_batch = seg.batch;
 
@@ -1007,15 +1007,15 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
     const int64_t r = row_begin + lane;
     const int64_t d = mod_fast(r, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
-    if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
+    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bl = load_any(seg.in(Role::kBias), d, p.wtype);
     if (p.has_init) {
-      const S* init = static_cast<const S*>(seg.initial_states) + r * kH;
+      const S* init = static_cast<const S*>(seg.in(Role::kInitialStates)) + r * kH;
 #pragma unroll
       for (int i = 0; i < kH; ++i) il[i] = T::to_f(init[i]);
     }
     if (p.has_dfinal) {
-      const S* dfin = static_cast<const S*>(seg.dfinal_states) + r * kH;
+      const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + r * kH;
 #pragma unroll
       for (int i = 0; i < kH; ++i) fl[i] = T::to_f(dfin[i]);
     }
@@ -1201,14 +1201,14 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
   const int src_next = (lane + 1) & (kTeam - 1);
   const int64_t lane_off = (row_begin + sub) * L + pos;
   const int64_t step_off = static_cast<int64_t>(rps) * L;
-  const S* xp = static_cast<const S*>(seg.x) + lane_off;
-  const S* dp = static_cast<const S*>(seg.dout) + lane_off;
-  S* dxp = static_cast<S*>(seg.dx) + lane_off;
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + lane_off;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + lane_off;
   // Read once: the loop's stores could alias the segment table as far as
   // the compiler knows, which would reload these after every store.
-  void* const dweight = seg.dweight;
-  void* const dbias = seg.dbias;
-  S* const dinit0 = static_cast<S*>(seg.dinitial_states);
+  void* const dweight = seg.out(Role::kDweight);
+  void* const dbias = seg.out(Role::kDbias);
+  S* const dinit0 = static_cast<S*>(seg.out(Role::kDinitialStates));
   const int64_t ws_off = seg.ws_partial_offset;
   const int64_t seg_batch = seg.batch;
 
@@ -1243,15 +1243,15 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
         const int64_t r = row_begin + g0 + lane;
         const int64_t d = mod_fast(r, p.dim);
 #pragma unroll
-        for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
-        if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
+        for (int k = 0; k < W; ++k) wl[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+        if (p.has_bias) bl = load_any(seg.in(Role::kBias), d, p.wtype);
         if (p.has_init) {
 #pragma unroll
-          for (int i = 0; i < kH; ++i) il[i] = T::to_f(static_cast<const S*>(seg.initial_states)[r * kH + i]);
+          for (int i = 0; i < kH; ++i) il[i] = T::to_f(static_cast<const S*>(seg.in(Role::kInitialStates))[r * kH + i]);
         }
         if (p.has_dfinal) {
 #pragma unroll
-          for (int i = 0; i < kH; ++i) fl[i] = T::to_f(static_cast<const S*>(seg.dfinal_states)[r * kH + i]);
+          for (int i = 0; i < kH; ++i) fl[i] = T::to_f(static_cast<const S*>(seg.in(Role::kDfinalStates))[r * kH + i]);
         }
       }
     }
@@ -1576,17 +1576,17 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
   }
 
   if (active) {
-    const S* xb = static_cast<const S*>(seg.x) + b * L * D + d0;
-    const S* gb = static_cast<const S*>(seg.dout) + b * L * D + d0;
-    S* dxb = static_cast<S*>(seg.dx) + b * L * D + d0;
-    const S* dfin = static_cast<const S*>(seg.dfinal_states);
+    const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
+    const S* gb = static_cast<const S*>(seg.in(Role::kDout)) + b * L * D + d0;
+    S* dxb = static_cast<S*>(seg.out(Role::kDx)) + b * L * D + d0;
+    const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates));
     float w[N][W];
     float bias[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.weight, (d0 + e) * W + k, p.wtype);
-      bias[e] = p.has_bias ? load_any(seg.bias, d0 + e, p.wtype) : 0.0f;
+      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.in(Role::kWeight), (d0 + e) * W + k, p.wtype);
+      bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
     }
     // x at t-(W-1) .. t-1 and g at t-(W-1) .. t-1 for the next step t.
     float xw[W - 1][N];
@@ -1597,7 +1597,7 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
       if (t >= 0) {
         load_f<T, N>(xb + t * D, xw[i]);
       } else {
-        const S* init = static_cast<const S*>(seg.initial_states);
+        const S* init = static_cast<const S*>(seg.in(Role::kInitialStates));
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           xw[i][e] = p.has_init ? T::to_f(init[(b * D + d0 + e) * (W - 1) + (W - 1) + t]) : 0.0f;
@@ -1674,7 +1674,7 @@ __device__ __forceinline__ void bwd_cl_block(const KParams& p, const Conv1dSegme
         if (pos >= 0) {
           store_f<T, N>(dxb + pos * D, acc);
         } else if (p.ret_dinit) {
-          S* dinit = static_cast<S*>(seg.dinitial_states);
+          S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates));
 #pragma unroll
           for (int e = 0; e < N; ++e) dinit[(b * D + d0 + e) * (W - 1) + t] = T::from_f(acc[e]);
         }
@@ -1778,9 +1778,9 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
   }
 
   if (active) {
-    const S* xb = static_cast<const S*>(seg.x) + b * L * D + d0;
-    const S* gb = static_cast<const S*>(seg.dout) + b * L * D + d0;
-    S* dxb = static_cast<S*>(seg.dx) + b * L * D + d0;
+    const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
+    const S* gb = static_cast<const S*>(seg.in(Role::kDout)) + b * L * D + d0;
+    S* dxb = static_cast<S*>(seg.out(Role::kDx)) + b * L * D + d0;
     // Steps i < nstep of the walk: t = t0 + i; g summed for i < nsum, the
     // W-1 after them are the right halo (dx of the last positions, dfinal).
     const int64_t left = L - t0;
@@ -1812,14 +1812,14 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
 #pragma unroll
     for (int q = 0; q < kP; ++q) issue(q);
 
-    const S* dfin = static_cast<const S*>(seg.dfinal_states);
+    const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates));
     float w[N][W];
     float bias[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.weight, (d0 + e) * W + k, p.wtype);
-      bias[e] = p.has_bias ? load_any(seg.bias, d0 + e, p.wtype) : 0.0f;
+      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.in(Role::kWeight), (d0 + e) * W + k, p.wtype);
+      bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
     }
     // x at t-(W-1) .. t-1 and g at t-(W-1) .. t-1 for the next step t.
     float xw[W - 1][N];
@@ -1830,7 +1830,7 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
       if (t >= 0) {
         load_f<T, N>(xb + t * D, xw[i]);
       } else {
-        const S* init = static_cast<const S*>(seg.initial_states);
+        const S* init = static_cast<const S*>(seg.in(Role::kInitialStates));
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           xw[i][e] = p.has_init ? T::to_f(init[(b * D + d0 + e) * (W - 1) + (W - 1) + t]) : 0.0f;
@@ -1901,7 +1901,7 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
         if (pos >= 0) {
           store_f<T, N>(dxt, acc);
         } else if (p.ret_dinit) {
-          S* dinit = static_cast<S*>(seg.dinitial_states);
+          S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates));
 #pragma unroll
           for (int e = 0; e < N; ++e) dinit[(b * D + d0 + e) * (W - 1) + t] = T::from_f(acc[e]);
         }

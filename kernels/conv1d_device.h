@@ -77,7 +77,7 @@ inline unsigned GridFor(int64_t blocks) {
 #endif
 __device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
 #if CONV1D_SEG_LINES_TOGETHER
-  return seg.x != nullptr;
+  return seg.in(Role::kX) != nullptr;
 #else
   (void)seg;
   return true;
@@ -208,7 +208,7 @@ __device__ __forceinline__ float x_tilde_cf(const KParams& p, const Conv1dSegmen
                                             int64_t q, int W) {
   if (q >= 0) return T::to_f(xrow[q]);
   if (!p.has_init) return 0.0f;
-  const auto* init = static_cast<const typename T::S*>(seg.initial_states);
+  const auto* init = static_cast<const typename T::S*>(seg.in(Role::kInitialStates));
   return T::to_f(init[row * (W - 1) + (W - 1) + q]);
 }
 

@@ -23,8 +23,8 @@ __device__ __forceinline__ void write_final_cf(const KParams& p, const Conv1dSeg
                                                const typename T::S* xrow, int64_t row) {
   using S = typename T::S;
   const int64_t L = seg.seqlen;
-  S* fin = static_cast<S*>(seg.final_states) + row * (W - 1);
-  const S* init = static_cast<const S*>(seg.initial_states);
+  S* fin = static_cast<S*>(seg.out(Role::kFinalStates)) + row * (W - 1);
+  const S* init = static_cast<const S*>(seg.in(Role::kInitialStates));
 #pragma unroll
   for (int i = 0; i < W - 1; ++i) {
     const int64_t q = L - (W - 1) + i;
@@ -74,8 +74,8 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
                                                                      : seg.rows_per_tile);
   const int nx = rows * static_cast<int>(L);
   const int ns = rows * kH;
-  const S* xt = static_cast<const S*>(seg.x) + base * L;
-  const S* it = p.has_init ? static_cast<const S*>(seg.initial_states) + base * kH : nullptr;
+  const S* xt = static_cast<const S*>(seg.in(Role::kX)) + base * L;
+  const S* it = p.has_init ? static_cast<const S*>(seg.in(Role::kInitialStates)) + base * kH : nullptr;
 
   gpu_team_sync();  // the team's previous tile is done with sm
   S xv[kPassesX], iv[kPassesS > 0 ? kPassesS : 1];
@@ -95,8 +95,8 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
   if (lane < rows) {
     const int64_t d = mod_fast(base + lane, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
-    if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
+    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bl = load_any(seg.in(Role::kBias), d, p.wtype);
   }
 #pragma unroll
   for (int k = 0; k < kPassesX; ++k) {
@@ -134,7 +134,7 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
   }
   // Final states: x̃ at L-(W-1) .. L-1 of each row, one coalesced pass.
   if (p.ret_final) {
-    S* ft = static_cast<S*>(seg.final_states) + base * kH;
+    S* ft = static_cast<S*>(seg.out(Role::kFinalStates)) + base * kH;
 #pragma unroll
     for (int k = 0; k < kPassesS; ++k) {
       const int i = lane + k * kTeam;
@@ -148,7 +148,7 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
     if (r < rows && pos < L) smx[r * L + pos] = yv[j];
   }
   gpu_team_sync();
-  S* yt = static_cast<S*>(seg.y) + base * L;
+  S* yt = static_cast<S*>(seg.out(Role::kY)) + base * L;
 #pragma unroll
   for (int k = 0; k < kPassesX; ++k) {
     const int i = lane + k * kTeam;
@@ -168,8 +168,8 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   constexpr int kH = W - 1;
   constexpr bool kShuffle = N >= kH;
   const int64_t L = seg.seqlen;
-  const S* x = static_cast<const S*>(seg.x);
-  S* y = static_cast<S*>(seg.y);
+  const S* x = static_cast<const S*>(seg.in(Role::kX));
+  S* y = static_cast<S*>(seg.out(Role::kY));
 
   // Slot j of this lane: in-row offset pos0 + j * kTeam * N.
   const int V = seg.per_lane;
@@ -209,8 +209,8 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   {
     const int64_t d = mod_fast(row0, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-    if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
   }
   S* yb = y + row0 * L + pos0;
 #pragma unroll
@@ -284,9 +284,9 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
   // Steps in which this lane lies inside the row.
   const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
-  const S* xrow = static_cast<const S*>(seg.x) + row * L;
+  const S* xrow = static_cast<const S*>(seg.in(Role::kX)) + row * L;
   const S* xp = xrow + lpos;
-  S* yp = static_cast<S*>(seg.y) + row * L + lpos;
+  S* yp = static_cast<S*>(seg.out(Role::kY)) + row * L + lpos;
 
   // Step st's vector into slot `slot` (zeros past the chunk or the row).
   // One group per call.
@@ -306,8 +306,8 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   {
     const int64_t d = mod_fast(row, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = load_any(seg.weight, d * W + k, p.wtype);
-    if (p.has_bias) bias = load_any(seg.bias, d, p.wtype);
+    for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
   }
 #pragma unroll 1
   for (int st = 0; st < nsteps; ++st) {
@@ -383,8 +383,8 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int64_t lane_off = (row_begin + sub) * L + pos;
   const int64_t step_off = static_cast<int64_t>(rps) * L;
-  const S* xp = static_cast<const S*>(seg.x) + lane_off;
-  S* yp = static_cast<S*>(seg.y) + lane_off;
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
+  S* yp = static_cast<S*>(seg.out(Role::kY)) + lane_off;
 
   auto issue = [&](int st, int slot) {
     if (st < nsteps) {
@@ -404,7 +404,7 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   for (int i = 0; i < kH; ++i) il[i] = 0.0f;
   if (p.has_init) {
     const int ns = nrt * kH;  // state elements of the tile
-    const S* init = static_cast<const S*>(seg.initial_states) + row_begin * kH;
+    const S* init = static_cast<const S*>(seg.in(Role::kInitialStates)) + row_begin * kH;
 #pragma unroll
     for (int k = 0; k < kH; ++k) {
       const int i = lane + k * kTeam;
@@ -415,8 +415,8 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
     const int64_t r = row_begin + lane;
     const int64_t d = mod_fast(r, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.weight, d * W + k, p.wtype);
-    if (p.has_bias) bl = load_any(seg.bias, d, p.wtype);
+    for (int k = 0; k < W; ++k) wl[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+    if (p.has_bias) bl = load_any(seg.in(Role::kBias), d, p.wtype);
   }
   if (p.has_init) {
     gpu_team_sync();
@@ -472,7 +472,7 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   copy_async_wait<0>();  // the ring is free for the team's next tile
   if (p.ret_final) {
     gpu_team_sync();  // every row's final state is in sst
-    S* fin = static_cast<S*>(seg.final_states) + row_begin * kH;
+    S* fin = static_cast<S*>(seg.out(Role::kFinalStates)) + row_begin * kH;
     const int ns = nrt * kH;
 #pragma unroll
     for (int k = 0; k < kH; ++k) {
@@ -599,8 +599,8 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
   const int64_t t0 = (tb * kClRows + ty) * kSteps;
   if (dv >= nD || t0 >= L) return;
   const int64_t d0 = dv * N;
-  const S* xb = static_cast<const S*>(seg.x) + b * L * D + d0;
-  S* yb = static_cast<S*>(seg.y) + b * L * D + d0;
+  const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
+  S* yb = static_cast<S*>(seg.out(Role::kY)) + b * L * D + d0;
 
   // Sub-chunks of kSub steps, all loads of one issued at once.
   auto sub = [&](int64_t ts) {
@@ -613,7 +613,7 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
       } else {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          win[i][e] = p.has_init ? static_cast<const S*>(seg.initial_states)
+          win[i][e] = p.has_init ? static_cast<const S*>(seg.in(Role::kInitialStates))
                                        [(b * D + d0 + e) * (W - 1) + (W - 1) + t]
                                  : T::from_f(0.0f);
         }
@@ -634,8 +634,8 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
 #pragma unroll
     for (int e = 0; e < N; ++e) {
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.weight, (d0 + e) * W + k, p.wtype);
-      bias[e] = p.has_bias ? load_any(seg.bias, d0 + e, p.wtype) : 0.0f;
+      for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.in(Role::kWeight), (d0 + e) * W + k, p.wtype);
+      bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kSub; ++i) {
@@ -651,7 +651,7 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
         }
         store_f<T, N>(yb + t * D, out);
         if (p.ret_final && t == L - 1) {
-          S* fin = static_cast<S*>(seg.final_states);
+          S* fin = static_cast<S*>(seg.out(Role::kFinalStates));
 #pragma unroll
           for (int e = 0; e < N; ++e) {
 #pragma unroll
@@ -699,8 +699,8 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
   const int64_t t0 = (tb * kClRows + ty) * kSteps;
   if (dv >= nD || t0 >= L) return;
   const int64_t d0 = dv * N;
-  const S* xb = static_cast<const S*>(seg.x) + b * L * D + d0;
-  S* yt = static_cast<S*>(seg.y) + b * L * D + d0 + t0 * D;
+  const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
+  S* yt = static_cast<S*>(seg.out(Role::kY)) + b * L * D + d0 + t0 * D;
   const int64_t left = L - t0;
   const int nsteps = left >= kSteps ? kSteps : static_cast<int>(left);
   const S* xi = xb + t0 * D;
@@ -724,7 +724,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
     if (t >= 0) {
       load_f<T, N>(xb + t * D, xw[i]);
     } else {
-      const S* init = static_cast<const S*>(seg.initial_states);
+      const S* init = static_cast<const S*>(seg.in(Role::kInitialStates));
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         xw[i][e] = p.has_init ? T::to_f(init[(b * D + d0 + e) * (W - 1) + (W - 1) + t]) : 0.0f;
@@ -736,8 +736,8 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
 #pragma unroll
   for (int e = 0; e < N; ++e) {
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.weight, (d0 + e) * W + k, p.wtype);
-    bias[e] = p.has_bias ? load_any(seg.bias, d0 + e, p.wtype) : 0.0f;
+    for (int k = 0; k < W; ++k) w[e][k] = load_any(seg.in(Role::kWeight), (d0 + e) * W + k, p.wtype);
+    bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
   }
   // Only the chunk holding t = L-1 writes final states.
   const bool fin_here = p.ret_final && L - t0 <= kSteps;
@@ -773,7 +773,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
   copy_async_wait<0>();
   if (fin_here) {
     // xw holds x̃ at L-(W-1) .. L-1.
-    S* fin = static_cast<S*>(seg.final_states);
+    S* fin = static_cast<S*>(seg.out(Role::kFinalStates));
 #pragma unroll
     for (int e = 0; e < N; ++e) {
 #pragma unroll

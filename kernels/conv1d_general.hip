@@ -39,18 +39,18 @@ __device__ __forceinline__ float xt(const KParams& p, const Conv1dSegment& seg, 
   const int64_t D = p.dim;
   const int W = p.width;
   if (t >= 0) {
-    return T::to_f(static_cast<const typename T::S*>(seg.x)[elem_index(p.layout == 1, b, d, t, D, seg.seqlen)]);
+    return T::to_f(static_cast<const typename T::S*>(seg.in(Role::kX))[elem_index(p.layout == 1, b, d, t, D, seg.seqlen)]);
   }
   if (!p.has_init) return 0.0f;
-  return T::to_f(static_cast<const typename T::S*>(seg.initial_states)[(b * D + d) * (W - 1) + (W - 1) + t]);
+  return T::to_f(static_cast<const typename T::S*>(seg.in(Role::kInitialStates))[(b * D + d) * (W - 1) + (W - 1) + t]);
 }
 
 template <class T>
 __device__ __forceinline__ float z_at(const KParams& p, const Conv1dSegment& seg, int64_t b,
                                       int64_t d, int64_t t) {
   const int W = p.width;
-  float z = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
-  for (int k = 0; k < W; ++k) z += load_any(seg.weight, d * W + k, p.wtype) * xt<T>(p, seg, b, d, t - (W - 1) + k);
+  float z = p.has_bias ? load_any(seg.in(Role::kBias), d, p.wtype) : 0.0f;
+  for (int k = 0; k < W; ++k) z += load_any(seg.in(Role::kWeight), d * W + k, p.wtype) * xt<T>(p, seg, b, d, t - (W - 1) + k);
   return z;
 }
 
@@ -69,11 +69,11 @@ __global__ void __launch_bounds__(kGenBlock) gen_fwd_kernel(KParams p) {
     if (u < n) {
       int64_t b, d, t;
       elem_coords(cl, u, D, L, &b, &d, &t);
-      static_cast<S*>(seg.y)[u] = T::from_f(act_fwd(z_at<T>(p, seg, b, d, t), p.silu));
+      static_cast<S*>(seg.out(Role::kY))[u] = T::from_f(act_fwd(z_at<T>(p, seg, b, d, t), p.silu));
     } else if (p.ret_final && u < n + seg.batch * D * (W - 1)) {
       const int64_t v = u - n;
       const int64_t row = v / (W - 1), i = v % (W - 1);
-      static_cast<S*>(seg.final_states)[v] = T::from_f(xt<T>(p, seg, row / D, row % D, L - (W - 1) + i));
+      static_cast<S*>(seg.out(Role::kFinalStates))[v] = T::from_f(xt<T>(p, seg, row / D, row % D, L - (W - 1) + i));
     }
   }
 }
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kGenBlock) gen_bwd_g_kernel(KParams p) {
     const int64_t u = (tile - seg.tile_begin) * kGenBlock + threadIdx.x;
     const int64_t D = p.dim, L = seg.seqlen;
     if (u < seg.batch * D * L) {
-      float g = T::to_f(static_cast<const S*>(seg.dout)[u]);
+      float g = T::to_f(static_cast<const S*>(seg.in(Role::kDout))[u]);
       if (p.silu) {
         int64_t b, d, t;
         elem_coords(cl, u, D, L, &b, &d, &t);
@@ -129,14 +129,14 @@ __global__ void __launch_bounds__(kGenBlock) gen_bwd_dx_kernel(KParams p) {
       continue;
     }
     float acc = 0.0f;
-    for (int k = 0; k < W; ++k) acc += load_any(seg.weight, d * W + k, p.wtype) * g_of(p, seg, b, d, sidx - k);
+    for (int k = 0; k < W; ++k) acc += load_any(seg.in(Role::kWeight), d * W + k, p.wtype) * g_of(p, seg, b, d, sidx - k);
     if (p.has_dfinal && sidx >= L) {
-      acc += T::to_f(static_cast<const S*>(seg.dfinal_states)[(b * D + d) * (W - 1) + sidx - L]);
+      acc += T::to_f(static_cast<const S*>(seg.in(Role::kDfinalStates))[(b * D + d) * (W - 1) + sidx - L]);
     }
     if (u < n) {
-      static_cast<S*>(seg.dx)[u] = T::from_f(acc);
+      static_cast<S*>(seg.out(Role::kDx))[u] = T::from_f(acc);
     } else if (p.ret_dinit) {
-      static_cast<S*>(seg.dinitial_states)[u - n] = T::from_f(acc);
+      static_cast<S*>(seg.out(Role::kDinitialStates))[u - n] = T::from_f(acc);
     }
   }
 }
@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(kGenBlock) gen_bwd_dw_kernel(KParams p) {
       }
       acc = block_sum(acc, sm);
       if (threadIdx.x == 0) {
-        if (k < W) store_any(seg.dweight, d * W + k, p.gwtype, acc);
-        else if (p.has_bias) store_any(seg.dbias, d, p.gwtype, acc);
+        if (k < W) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, acc);
+        else if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, acc);
       }
     }
   }
@@ -198,7 +198,7 @@ __device__ __forceinline__ void update_rows_vec(const KParams& p, const Conv1dSe
   const int64_t left = (seg.batch * p.dim - rb) / R;  // threads with rows
   const int nq = static_cast<int>(left < kUpdBlock ? left : kUpdBlock) * K;
   const bool on = tid * K < nq;
-  const uint4* gsrc = reinterpret_cast<const uint4*>(static_cast<const S*>(seg.conv_state) + rb * K);
+  const uint4* gsrc = reinterpret_cast<const uint4*>(static_cast<const S*>(seg.in(Role::kConvState)) + rb * K);
   uint4 q[K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
@@ -212,9 +212,9 @@ __device__ __forceinline__ void update_rows_vec(const KParams& p, const Conv1dSe
 #pragma unroll
   for (int e = 0; e < R; ++e) bias[e] = 0.0f;
   if (on) {
-    load_raw<T, R>(static_cast<const S*>(seg.x) + r0, xs);
+    load_raw<T, R>(static_cast<const S*>(seg.in(Role::kX)) + r0, xs);
     if (p.wtype == 0) {
-      const float* wp = static_cast<const float*>(seg.weight) + d0 * W;
+      const float* wp = static_cast<const float*>(seg.in(Role::kWeight)) + d0 * W;
 #pragma unroll
       for (int i = 0; i < R * W / 4; ++i) {
         float f4[4];
@@ -226,14 +226,14 @@ __device__ __forceinline__ void update_rows_vec(const KParams& p, const Conv1dSe
 #pragma unroll
         for (int i = 0; i < R / 4; ++i) {
           float f4[4];
-          load_f<F32, 4>(static_cast<const float*>(seg.bias) + d0 + 4 * i, f4);
+          load_f<F32, 4>(static_cast<const float*>(seg.in(Role::kBias)) + d0 + 4 * i, f4);
 #pragma unroll
           for (int e = 0; e < 4; ++e) bias[4 * i + e] = f4[e];
         }
       }
     } else {
       // Weights in the activation type (the only other legal weight type).
-      const S* wp = static_cast<const S*>(seg.weight) + d0 * W;
+      const S* wp = static_cast<const S*>(seg.in(Role::kWeight)) + d0 * W;
 #pragma unroll
       for (int i = 0; i < W; ++i) {
         float fr[R];
@@ -241,7 +241,7 @@ __device__ __forceinline__ void update_rows_vec(const KParams& p, const Conv1dSe
 #pragma unroll
         for (int e = 0; e < R; ++e) w[R * i + e] = fr[e];
       }
-      if (p.has_bias) load_f<T, R>(static_cast<const S*>(seg.bias) + d0, bias);
+      if (p.has_bias) load_f<T, R>(static_cast<const S*>(seg.in(Role::kBias)) + d0, bias);
     }
   }
 #pragma unroll
@@ -267,13 +267,13 @@ __device__ __forceinline__ void update_rows_vec(const KParams& p, const Conv1dSe
 #pragma unroll
       for (int i = 0; i < K; ++i) ns[j * K + i] = i + 1 < K ? st[j * K + i + 1] : xs[j];
     }
-    store_f<T, R>(static_cast<S*>(seg.y) + r0, out);
+    store_f<T, R>(static_cast<S*>(seg.out(Role::kY)) + r0, out);
     __builtin_memcpy(q, ns, sizeof(ns));
 #pragma unroll
     for (int j = 0; j < K; ++j) sstate[tid * K + j] = q[j];
   }
   __syncthreads();
-  uint4* gdst = reinterpret_cast<uint4*>(static_cast<S*>(seg.conv_state_out) + rb * K);
+  uint4* gdst = reinterpret_cast<uint4*>(static_cast<S*>(seg.out(Role::kConvStateOut)) + rb * K);
 #pragma unroll
   for (int j = 0; j < K; ++j) {
     const int i = j * kUpdBlock + tid;
@@ -311,17 +311,17 @@ __global__ void __launch_bounds__(kGenBlock) update_kernel(KParams p) {
     const int64_t D = p.dim, Sn = seg.seqlen, K = seg.state_len;
     if (seg.vec || row >= seg.batch * D) continue;
     const int64_t b = row / D, d = row % D;
-    const S* st = static_cast<const S*>(seg.conv_state) + row * K;
-    const S* x = static_cast<const S*>(seg.x);
-    S* y = static_cast<S*>(seg.y);
-    const float bias = p.has_bias ? load_any(seg.bias, d, p.wtype) : 0.0f;
+    const S* st = static_cast<const S*>(seg.in(Role::kConvState)) + row * K;
+    const S* x = static_cast<const S*>(seg.in(Role::kX));
+    S* y = static_cast<S*>(seg.out(Role::kY));
+    const float bias = p.has_bias ? load_any(seg.in(Role::kBias), d, p.wtype) : 0.0f;
     auto c = [&](int64_t i) -> S { return i < K ? st[i] : x[elem_index(cl, b, d, i - K, D, Sn)]; };
     for (int64_t t = 0; t < Sn; ++t) {
       float z = bias;
-      for (int k = 0; k < W; ++k) z += load_any(seg.weight, d * W + k, p.wtype) * T::to_f(c(K + t - (W - 1) + k));
+      for (int k = 0; k < W; ++k) z += load_any(seg.in(Role::kWeight), d * W + k, p.wtype) * T::to_f(c(K + t - (W - 1) + k));
       y[elem_index(cl, b, d, t, D, Sn)] = T::from_f(act_fwd(z, p.silu));
     }
-    S* out = static_cast<S*>(seg.conv_state_out) + row * K;
+    S* out = static_cast<S*>(seg.out(Role::kConvStateOut)) + row * K;
     for (int64_t j = 0; j < K; ++j) out[j] = c(Sn + j);
   }
 }

@@ -67,24 +67,24 @@ hipError_t Conv1dCanImplement(const Conv1dProblem& p, const Conv1dSegment* segs,
   const bool states = p.width > 1;  // W = 1 has no state slots
   for (int32_t i = 0; i < n; ++i) {
     const Conv1dSegment& s = segs[i];
-    if (s.batch < 1 || s.seqlen < 1 || !s.x || !s.weight) return hipErrorInvalidValue;
-    if (p.has_bias && !s.bias) return hipErrorInvalidValue;
+    if (s.batch < 1 || s.seqlen < 1 || !s.in(Role::kX) || !s.in(Role::kWeight)) return hipErrorInvalidValue;
+    if (p.has_bias && !s.in(Role::kBias)) return hipErrorInvalidValue;
     switch (p.op) {
       case KernelOp::kForward:
-        if (!s.y) return hipErrorInvalidValue;
-        if (states && p.has_initial_states && !s.initial_states) return hipErrorInvalidValue;
-        if (states && p.return_final_states && !s.final_states) return hipErrorInvalidValue;
+        if (!s.out(Role::kY)) return hipErrorInvalidValue;
+        if (states && p.has_initial_states && !s.in(Role::kInitialStates)) return hipErrorInvalidValue;
+        if (states && p.return_final_states && !s.out(Role::kFinalStates)) return hipErrorInvalidValue;
         break;
       case KernelOp::kBackward:
-        if (!s.dout || !s.dx || !s.dweight) return hipErrorInvalidValue;
-        if (p.has_bias && !s.dbias) return hipErrorInvalidValue;
-        if (states && p.has_initial_states && !s.initial_states) return hipErrorInvalidValue;
-        if (states && p.has_dfinal_states && !s.dfinal_states) return hipErrorInvalidValue;
-        if (states && p.return_dinitial_states && !s.dinitial_states) return hipErrorInvalidValue;
+        if (!s.in(Role::kDout) || !s.out(Role::kDx) || !s.out(Role::kDweight)) return hipErrorInvalidValue;
+        if (p.has_bias && !s.out(Role::kDbias)) return hipErrorInvalidValue;
+        if (states && p.has_initial_states && !s.in(Role::kInitialStates)) return hipErrorInvalidValue;
+        if (states && p.has_dfinal_states && !s.in(Role::kDfinalStates)) return hipErrorInvalidValue;
+        if (states && p.return_dinitial_states && !s.out(Role::kDinitialStates)) return hipErrorInvalidValue;
         break;
       case KernelOp::kUpdate:
-        if (!s.y || !s.conv_state_out || s.state_len < p.width - 1) return hipErrorInvalidValue;
-        if (s.state_len > 0 && !s.conv_state) return hipErrorInvalidValue;
+        if (!s.out(Role::kY) || !s.out(Role::kConvStateOut) || s.state_len < p.width - 1) return hipErrorInvalidValue;
+        if (s.state_len > 0 && !s.in(Role::kConvState)) return hipErrorInvalidValue;
         break;
     }
   }
@@ -147,8 +147,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     bool walk = false;  // backward: one tile per channel walks its B rows
     if (path == kPathFastChannelFirst) {
       const int64_t ne = 16 / esize;
-      const bool vec = L % ne == 0 && Aligned(s.x, 16) &&
-                       (bwd ? Aligned(s.dout, 16) && Aligned(s.dx, 16) : Aligned(s.y, 16));
+      const bool vec = L % ne == 0 && Aligned(s.in(Role::kX), 16) &&
+                       (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16) : Aligned(s.out(Role::kY), 16));
       const int64_t n_el = vec ? ne : 1;
       const int64_t max_v = bwd ? MaxPerLaneBwd(static_cast<int>(esize)) : kMaxPerLaneFwd;
       const int64_t nvec = CeilDiv(L, n_el);
@@ -205,8 +205,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     } else if (path == kPathFastChannelLast) {
       const int64_t kN = bwd ? kClVecBwd : ClVecFwd(static_cast<int>(esize));
       const int64_t vb = kN * esize;
-      const bool vec = D % kN == 0 && Aligned(s.x, vb) &&
-                       (bwd ? Aligned(s.dout, vb) && Aligned(s.dx, vb) : Aligned(s.y, vb));
+      const bool vec = D % kN == 0 && Aligned(s.in(Role::kX), vb) &&
+                       (bwd ? Aligned(s.in(Role::kDout), vb) && Aligned(s.out(Role::kDx), vb) : Aligned(s.out(Role::kY), vb));
       const int64_t nD = vec ? D / kN : D;
       const int64_t ndb = CeilDiv(nD, kClCols);
       const int64_t steps = bwd ? kClStepsBwd : ClStepsFwd(static_cast<int>(esize));
@@ -222,9 +222,9 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       // Vector path (update_rows_vec): one decode step with the minimal
       // state, whole 16-byte vectors of rows within one batch row.
       const int64_t r = 16 / esize;
-      const bool a16 = Aligned(s.x, 16) && Aligned(s.y, 16) && Aligned(s.conv_state, 16) &&
-                       Aligned(s.conv_state_out, 16) && Aligned(s.weight, 16) &&
-                       (!p.has_bias || Aligned(s.bias, 16));
+      const bool a16 = Aligned(s.in(Role::kX), 16) && Aligned(s.out(Role::kY), 16) && Aligned(s.in(Role::kConvState), 16) &&
+                       Aligned(s.out(Role::kConvStateOut), 16) && Aligned(s.in(Role::kWeight), 16) &&
+                       (!p.has_bias || Aligned(s.in(Role::kBias), 16));
       s.vec = FastWidth(p.width) && L == 1 && s.state_len == W - 1 && D % r == 0 && a16;
       tiles += s.vec ? CeilDiv(B * D, kUpdBlock * r) : CeilDiv(B * D, kGenBlock);
     }

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "kernels/conv1d_roles.h"
+
 namespace conv1d::kernels {
 
 // Numbering matches conv1d::DType (server/core/dtype.h).
@@ -60,20 +62,16 @@ struct Conv1dProblem {
 // dweight [D,W] and dbias [D] are this request's own gradients (reduced over
 // its B and L only, never across segments).
 struct Conv1dSegment {
-  const void* x = nullptr;
-  const void* weight = nullptr;
-  const void* bias = nullptr;
-  const void* initial_states = nullptr;
-  const void* dout = nullptr;
-  const void* dfinal_states = nullptr;
-  const void* conv_state = nullptr;
-  void* y = nullptr;
-  void* final_states = nullptr;
-  void* dx = nullptr;
-  void* dweight = nullptr;
-  void* dbias = nullptr;
-  void* dinitial_states = nullptr;
-  void* conv_state_out = nullptr;
+  // Device address of each tensor, indexed by RoleIndex(role) (roles from
+  // kernels/conv1d_roles.h). Input roles are stored as void* for one uniform
+  // table but are read-only: the kernels only read them, through in().
+  void* tensor[kNumRoles] = {};
+
+  constexpr const void* in(Role r) const { return tensor[RoleIndex(r)]; }
+  constexpr void* out(Role r) const { return tensor[RoleIndex(r)]; }
+  // Host side: stores p for role r (inputs included; see above).
+  constexpr void set(Role r, const void* p) { tensor[RoleIndex(r)] = const_cast<void*>(p); }
+
   int64_t batch = 0;      // B >= 1
   int64_t seqlen = 0;     // L >= 1 (S for update)
   int64_t state_len = 0;  // update only: K >= W-1

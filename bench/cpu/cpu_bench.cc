@@ -28,7 +28,7 @@
 
 #include "server/backends/cpu/cpu_conv.h"
 #include "server/backends/cpu/cpu_conv_internal.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 
 namespace conv1d {
 namespace {

@@ -25,6 +25,7 @@
 namespace {
 
 using namespace conv1d::kernels;
+using conv1d::Role;
 
 #define CHECK(x)                                                                      \
   do {                                                                                \
@@ -136,23 +137,23 @@ Instance MakeInstance(const Conv1dProblem& p, const Case& c, uint64_t seed) {
   for (auto& s : table) {
     s.batch = c.B;
     s.seqlen = c.L;
-    s.weight = alloc(c.D * p.width, es, true);
-    s.bias = alloc(c.D, es, true);
+    s.set(Role::kWeight, alloc(c.D * p.width, es, true));
+    s.set(Role::kBias, alloc(c.D, es, true));
     if (p.op == KernelOp::kUpdate) {
       s.state_len = K;
-      s.x = alloc(n, es, true);
-      s.y = alloc(n, es, false);
-      s.conv_state = alloc(c.B * c.D * K, es, true);
-      s.conv_state_out = const_cast<void*>(s.conv_state);
+      s.set(Role::kX, alloc(n, es, true));
+      s.set(Role::kY, alloc(n, es, false));
+      s.set(Role::kConvState, alloc(c.B * c.D * K, es, true));
+      s.set(Role::kConvStateOut, s.out(Role::kConvState));
     } else if (p.op == KernelOp::kForward) {
-      s.x = alloc(n, es, true);
-      s.y = alloc(n, es, false);
+      s.set(Role::kX, alloc(n, es, true));
+      s.set(Role::kY, alloc(n, es, false));
     } else {
-      s.x = alloc(n, es, true);
-      s.dout = alloc(n, es, true);
-      s.dx = alloc(n, es, false);
-      s.dweight = alloc(c.D * p.width, 4, false);
-      s.dbias = alloc(c.D, 4, false);
+      s.set(Role::kX, alloc(n, es, true));
+      s.set(Role::kDout, alloc(n, es, true));
+      s.set(Role::kDx, alloc(n, es, false));
+      s.set(Role::kDweight, alloc(c.D * p.width, 4, false));
+      s.set(Role::kDbias, alloc(c.D, 4, false));
     }
   }
   CHECK(Conv1dPlan(p, table.data(), c.nseg, &in.plan));

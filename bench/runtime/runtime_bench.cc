@@ -49,7 +49,7 @@ ABSL_FLAG(std::string, workloads, "decode-fwd,small-fwd,large-fwd,large-bwd",
           "comma list of workloads (also: decode-bf16, chunk-fwd, decode-update)");
 ABSL_FLAG(int, lanes_per_device, 4, "gpu backend lanes per device");
 ABSL_FLAG(std::string, request_memory, "both",
-          "where request tensors live: host-pool (GpuBackend::AllocateHostBuffer, page-locked), "
+          "where request tensors live: host-pool (GpuBackend::host_buffers(), page-locked), "
           "heap, or both");
 ABSL_FLAG(int64_t, host_pool_bytes, int64_t{6} << 30, "gpu backend host pool (page-locked)");
 ABSL_FLAG(int64_t, direct_copy_bytes, int64_t{256} << 10,
@@ -135,17 +135,26 @@ std::vector<uint8_t> Random(DType t, int64_t n, std::mt19937_64& rng) {
 struct InputSet {
   ConvBuffers buffers;  // inputs + CPU-computed outputs
   std::shared_ptr<const void> weight_owner;
-  // Copies of x, dout and initial_states (update: conv_state) in
-  // Backend::AllocateHostBuffer memory (what a frontend that receives into
-  // that memory hands over).
+  // Copies of x, dout and initial_states (update: conv_state) in the
+  // backend's host buffers (what a frontend that receives into that memory
+  // hands over), and the kind of that memory.
   std::shared_ptr<void> host_x, host_dout, host_init;
+  MemoryKind host_kind = MemoryKind::kHostHeap;
 };
 
+// `bytes` of the backend's host buffers (heap memory when it has none).
+HostBuffer HostAlloc(Backend* backend, int64_t bytes) {
+  std::shared_ptr<HostBufferProvider> buffers = backend->host_buffers();
+  return buffers != nullptr ? buffers->Allocate(bytes) : HeapHostBuffers().Allocate(bytes);
+}
+
 // A copy of `v` in the backend's host memory.
-std::shared_ptr<void> HostCopy(Backend* backend, const std::vector<uint8_t>& v) {
-  std::shared_ptr<void> p = backend->AllocateHostBuffer(static_cast<int64_t>(v.size()));
-  if (!v.empty()) std::memcpy(p.get(), v.data(), v.size());
-  return p;
+std::shared_ptr<void> HostCopy(Backend* backend, const std::vector<uint8_t>& v,
+                               MemoryKind* kind) {
+  HostBuffer p = HostAlloc(backend, static_cast<int64_t>(v.size()));
+  if (!v.empty()) std::memcpy(p.data.get(), v.data(), v.size());
+  *kind = p.kind;
+  return p.data;
 }
 
 bool Close(DType t, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
@@ -306,18 +315,24 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
       if (w.op == Op::kBackward) seg.dout = in.buffers.Segment().dout;
       if (w.states) seg.initial_states = in.buffers.Segment().initial_states;
       if (w.op == Op::kUpdate) seg.conv_state = in.buffers.Segment().conv_state;
-      // Host-memory mode: inputs and outputs live in AllocateHostBuffer
-      // memory; outputs are copied back to `mine` only for the check.
+      // Host-memory mode: inputs and outputs live in the backend's host
+      // buffers; outputs are copied back to `mine` only for the check.
       std::shared_ptr<void> host_y, host_dx, host_final, host_state_out;
       if (host_memory) {
         seg.x.data = in.host_x.get();
+        seg.x.where.kind = in.host_kind;
         if (seg.dout.present()) seg.dout.data = in.host_dout.get();
         if (seg.initial_states.present()) seg.initial_states.data = in.host_init.get();
         if (seg.conv_state.present()) seg.conv_state.data = in.host_init.get();
+        for (TensorView* v : {&seg.dout, &seg.initial_states, &seg.conv_state}) {
+          v->where.kind = in.host_kind;
+        }
         auto out = [&](OutputView& v, std::shared_ptr<void>& keep) {
           if (!v.present()) return;
-          keep = backend->AllocateHostBuffer(v.bytes);
+          HostBuffer buffer = HostAlloc(backend, v.bytes);
+          keep = buffer.data;
           v.data = keep.get();
+          v.where.kind = buffer.kind;
         };
         out(seg.y, host_y);
         out(seg.dx, host_dx);
@@ -584,9 +599,11 @@ int Main() {
       }
       if (!RunCpuConv(&b, pool->get()).ok()) return 1;
       set.weight_owner = std::make_shared<int>(0);
-      set.host_x = HostCopy(gpu->get(), b.x);
-      set.host_dout = HostCopy(gpu->get(), b.dout);
-      set.host_init = HostCopy(gpu->get(), w.op == Op::kUpdate ? b.conv_state : b.initial_states);
+      set.host_x = HostCopy(gpu->get(), b.x, &set.host_kind);
+      MemoryKind unused;  // same pool: the kind of x's buffer stands for all
+      set.host_dout = HostCopy(gpu->get(), b.dout, &unused);
+      set.host_init =
+          HostCopy(gpu->get(), w.op == Op::kUpdate ? b.conv_state : b.initial_states, &unused);
     }
     int64_t in = 0, outb = 0;
     CopyBytes(w, sets[0].buffers, &in, &outb);

@@ -6,6 +6,10 @@
 // thread, so state kept per lane needs no lock; anything shared between
 // lanes must be thread-safe. Backends are created by their own factory
 // (e.g. CpuBackend::Create) and never see gRPC, protobuf or the scheduler.
+//
+// Nothing on the request path calls down into a backend before the
+// scheduler hands it a batch: what a frontend needs to know (limits, host
+// memory) it reads once at start-up from limits() and host_buffers().
 #ifndef CONV1D_SERVER_CORE_BACKEND_H_
 #define CONV1D_SERVER_CORE_BACKEND_H_
 
@@ -17,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "server/core/conv_problem.h"
+#include "server/core/host_buffers.h"
 
 namespace conv1d {
 
@@ -36,6 +41,17 @@ struct BatchStats {
   int32_t launches = 0;  // kernel launches (or CPU passes) used
 };
 
+// What a backend can serve, read once at start-up (a snapshot: it does not
+// change while the backend lives).
+struct BackendLimits {
+  // Most bytes one row (B = 1) of a request may move, all its tensors and
+  // its weights together (core OneRowBytes); larger requests are refused
+  // with RESOURCE_EXHAUSTED naming `limit_flag`. -1: no bound.
+  int64_t max_row_bytes = -1;
+  // The server flag that raises max_row_bytes, for the error message.
+  const char* limit_flag = "";
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -47,13 +63,8 @@ class Backend {
   // How many batches may run at once; the scheduler starts this many lanes.
   virtual int num_lanes() const = 0;
 
-  // Checks a request the backend cannot serve even though it is valid in
-  // general (e.g. larger than its whole memory pool). Called by the frontend
-  // before submitting; thread-safe. Default: everything is accepted.
-  virtual absl::Status CanServe(const BatchKey& key,
-                                const ConvSegment& segment) const {
-    return absl::OkStatus();
-  }
+  // See BackendLimits. Thread-safe; constant over the backend's life.
+  virtual BackendLimits limits() const { return BackendLimits{}; }
 
   // OK while the backend can serve; otherwise why not (e.g. a device hit an
   // unrecoverable error). The server reports NOT_SERVING while this fails.
@@ -64,21 +75,11 @@ class Backend {
   // scheduler leaves such lanes idle. Thread-safe.
   virtual bool LaneAvailable(int lane) const { return true; }
 
-  // Host memory for request or response tensor bytes (`bytes` >= 0), freed
-  // when the last copy of the pointer goes. Backends that copy to a device
-  // hand out page-locked memory from a pool made at start, so that tensors
-  // placed there move by DMA with no staging memcpy; the default (and the
-  // fallback when such a pool is full) is ordinary heap memory. Never null.
-  // Thread-safe.
-  virtual std::shared_ptr<void> AllocateHostBuffer(int64_t bytes) {
-    return std::shared_ptr<void>(::operator new(static_cast<size_t>(bytes > 0 ? bytes : 1)),
-                                 [](void* p) { ::operator delete(p); });
-  }
-
-  // True when AllocateHostBuffer memory is worth receiving request tensors
-  // into (it saves the backend a copy), i.e. when it comes from a
-  // page-locked pool. Thread-safe.
-  virtual bool PrefersHostBuffers() const { return false; }
+  // Host memory for request and response tensors: the backend's
+  // page-locked pool, or null when it has none (the server then uses
+  // HeapHostBuffers). Shared with the frontends for the backend's life and
+  // beyond (buffers may outlive it). Thread-safe.
+  virtual std::shared_ptr<HostBufferProvider> host_buffers() const { return nullptr; }
 
   // Computes every segment and writes all requested outputs. Blocking.
   // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called
@@ -86,6 +87,18 @@ class Backend {
   virtual absl::Status RunBatch(int lane, const BatchKey& key,
                                 absl::Span<ConvSegment* const> segments,
                                 BatchStats* stats) = 0;
+};
+
+// What the frontends know of a backend: read once at start-up, so that no
+// request calls down into it.
+struct BackendInfo {
+  std::string name;
+  std::vector<std::string> devices;
+  BackendLimits limits;
+  // The backend's host_buffers(), or HeapHostBuffers; never null.
+  std::shared_ptr<HostBufferProvider> host_buffers;
+
+  static BackendInfo Of(Backend& backend);
 };
 
 }  // namespace conv1d

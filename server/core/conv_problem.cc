@@ -44,16 +44,12 @@ std::string BatchKey::Family() const {
   return absl::StrCat(OpName(op), "/", DTypeName(x_dtype));
 }
 
-namespace {
-int64_t Bytes(const TensorView& v) { return v.present() ? v.bytes : 0; }
-int64_t Bytes(const OutputView& v) { return v.present() ? v.bytes : 0; }
-}  // namespace
-
 int64_t ConvSegment::bytes_moved() const {
-  return Bytes(x) + Bytes(dout) + Bytes(weight) + Bytes(bias) +
-         Bytes(initial_states) + Bytes(dfinal_states) + Bytes(conv_state) +
-         Bytes(y) + Bytes(final_states) + Bytes(dx) + Bytes(dweight) +
-         Bytes(dbias) + Bytes(dinitial_states) + Bytes(conv_state_out);
+  int64_t total = 0;
+  for (int i = 0; i < kNumRoles; ++i) {
+    if (present(RoleAt(i))) total += bytes(RoleAt(i));
+  }
+  return total;
 }
 
 }  // namespace conv1d

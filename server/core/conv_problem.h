@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/hash/hash.h"
+#include "kernels/conv1d_roles.h"
 #include "server/core/dtype.h"
 #include "server/core/tensor.h"
 
@@ -61,6 +62,22 @@ struct BatchKey {
   std::string DebugString() const;
   // Coarse label for metrics: "<op>/<x_dtype>".
   std::string Family() const;
+
+  // The tensors a request of this key carries (the role table's rule).
+  RoleSet roles() const {
+    return RolesOf(static_cast<RoleOp>(op),
+                   RoleOptions{has_bias, has_initial_states, return_final_states,
+                               has_dfinal_states, return_dinitial_states});
+  }
+  // The dtype a tensor of `role` has under this key.
+  DType dtype_of(Role role) const {
+    switch (DTypeClassOf(role)) {
+      case RoleDType::kWeight: return weight_dtype;
+      case RoleDType::kGradWeight: return grad_weight_dtype;
+      case RoleDType::kActivation: break;
+    }
+    return x_dtype;
+  }
 };
 
 // One request's tensors. Inputs are views; outputs point at storage the
@@ -72,17 +89,51 @@ struct BatchKey {
 //             -> dx, dweight, [dbias], [dinitial_states]
 //   update  : x (L = S new tokens), conv_state [B,D,state_len], weight, [bias]
 //             -> y, conv_state_out [B,D,state_len]
+//
+// Members are named for readability at call sites; code that treats every
+// tensor alike goes through input(role) / output(role), which index the
+// members by the role table (kernels/conv1d_roles.h).
 struct ConvSegment {
   int64_t batch = 0;      // B
   int64_t seqlen = 0;     // L (S for update)
   int64_t state_len = 0;  // update only: K >= W-1
-  TensorView x, dout, weight, bias, initial_states, dfinal_states, conv_state;
+  // In role order (Role::kX .. Role::kConvState, then kY .. kConvStateOut).
+  TensorView x, weight, bias, initial_states, dout, dfinal_states, conv_state;
   OutputView y, final_states, dx, dweight, dbias, dinitial_states,
       conv_state_out;
+
+  // REQUIRES: IsInput(role) / IsOutput(role) respectively.
+  const TensorView& input(Role role) const { return this->*kInputs[RoleIndex(role)]; }
+  TensorView& input(Role role) { return this->*kInputs[RoleIndex(role)]; }
+  const OutputView& output(Role role) const {
+    return this->*kOutputs[RoleIndex(role) - kNumInputRoles];
+  }
+  OutputView& output(Role role) { return this->*kOutputs[RoleIndex(role) - kNumInputRoles]; }
+  // The bytes, placement and presence of any role's view.
+  const void* data(Role role) const {
+    return IsInput(role) ? input(role).data : output(role).data;
+  }
+  int64_t bytes(Role role) const {
+    return IsInput(role) ? input(role).bytes : output(role).bytes;
+  }
+  const Placement& where(Role role) const {
+    return IsInput(role) ? input(role).where : output(role).where;
+  }
+  bool present(Role role) const { return data(role) != nullptr; }
 
   // Bytes read plus bytes written for this segment; used for batch budgets
   // and throughput figures.
   int64_t bytes_moved() const;
+
+ private:
+  static constexpr TensorView ConvSegment::*kInputs[kNumInputRoles] = {
+      &ConvSegment::x,    &ConvSegment::weight,        &ConvSegment::bias,
+      &ConvSegment::initial_states, &ConvSegment::dout, &ConvSegment::dfinal_states,
+      &ConvSegment::conv_state};
+  static constexpr OutputView ConvSegment::*kOutputs[kNumRoles - kNumInputRoles] = {
+      &ConvSegment::y,      &ConvSegment::final_states,    &ConvSegment::dx,
+      &ConvSegment::dweight, &ConvSegment::dbias, &ConvSegment::dinitial_states,
+      &ConvSegment::conv_state_out};
 };
 
 }  // namespace conv1d

@@ -10,6 +10,7 @@
 #include "absl/types/optional.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_writer.h"
+#include "server/core/segment_check.h"
 #include "server/core/task.h"
 #include "server/frontend/status_mapping.h"
 
@@ -71,16 +72,16 @@ void ReleaseRequestBytes(const grpc::ByteBuffer* request) {
 }  // namespace
 
 Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
-                             WeightRegistry* registry, Backend* backend,
+                             WeightRegistry* registry, BackendInfo backend,
                              Observer* observer)
     : options_(options),
       scheduler_(scheduler),
       registry_(registry),
-      backend_(backend),
+      backend_(std::move(backend)),
       observer_(observer),
       host_min_bytes_(options.host_tensors == HostTensors::kAlways ||
                               (options.host_tensors == HostTensors::kAuto &&
-                               backend->PrefersHostBuffers())
+                               backend_.host_buffers->page_locked())
                           ? options.host_tensor_min_bytes
                           : -1) {}
 
@@ -161,8 +162,8 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   }
 
   auto call = std::make_shared<ComputeCall<Request, Response>>();
-  const HostAllocator allocate = [backend = backend_](int64_t bytes) {
-    return backend->AllocateHostBuffer(bytes);
+  const HostAllocator allocate = [buffers = backend_.host_buffers.get()](int64_t bytes) {
+    return buffers->Allocate(bytes);
   };
   absl::Status status = ParseWithDetachedData(*request, &call->request, host_min_bytes_,
                                               allocate, &call->request_data);
@@ -193,10 +194,10 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
   outputs.allocate = allocate;
   outputs.detached = &call->response_data;
   bind(&valid, &call->response, &outputs);
-  status = backend_->CanServe(valid.key, valid.segment);
+  status = CheckServable(backend_.limits, valid.key, valid.segment);
   if (!status.ok()) {
-    // A backend's own shape rules count as invalid input; anything else
-    // (pool capacity) as too large for this server.
+    // A malformed segment counts as invalid input; anything else (beyond
+    // the backend's capacity) as too large for this server.
     return fail(absl::IsInvalidArgument(status) ? RejectReason::kInvalid
                                                 : RejectReason::kTooLarge,
                 status);
@@ -329,8 +330,8 @@ grpc::ServerUnaryReactor* Conv1dService::ServerInfo(grpc::CallbackServerContext*
       "ServerInfo", context, request, response,
       [this](const v1::ServerInfoRequest&, v1::ServerInfoResponse* resp) {
         resp->set_version(options_.version);
-        resp->set_backend(backend_->name());
-        for (const std::string& device : backend_->devices()) resp->add_devices(device);
+        resp->set_backend(backend_.name);
+        for (const std::string& device : backend_.devices) resp->add_devices(device);
         resp->set_max_width(options_.limits.max_width);
         resp->set_max_request_bytes(options_.limits.max_request_bytes);
         return absl::OkStatus();

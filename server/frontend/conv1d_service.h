@@ -33,8 +33,8 @@
 // Errors reach the client through status_mapping.h only. Observer hooks:
 // OnRequestStart / OnRequestDone for every RPC, OnRejected(kInvalid) for a
 // failed validation and OnRejected(kTooLarge) for a request over the size
-// limit or refused by Backend::CanServe (the scheduler reports its own
-// rejections).
+// limit or beyond the backend's limits (BackendInfo, read at start-up; the
+// scheduler reports its own rejections).
 //
 // Thread-safety: handlers run concurrently on gRPC's threads; the service
 // holds no mutable state besides atomic task and request-id counters. The
@@ -70,7 +70,7 @@ struct ServiceOptions {
   // One line per finished call; null: no access log.
   std::shared_ptr<AccessLog> access_log;
   // Compute-request tensors of at least this many bytes are received into,
-  // and outputs sent from, Backend::AllocateHostBuffer memory rather than
+  // and outputs sent from, the backend's HostBufferProvider memory rather than
   // protobuf strings (wire_tensors.h) when host_tensors says so; -1: never.
   int64_t host_tensor_min_bytes = int64_t{4} << 10;
   HostTensors host_tensors = HostTensors::kAuto;
@@ -90,7 +90,7 @@ class Conv1dService final : public RawConv1dService {
  public:
   // REQUIRES: every pointer non-null and outliving the service.
   Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
-                WeightRegistry* registry, Backend* backend, Observer* observer);
+                WeightRegistry* registry, BackendInfo backend, Observer* observer);
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -166,7 +166,7 @@ class Conv1dService final : public RawConv1dService {
   const ServiceOptions options_;
   Scheduler* const scheduler_;
   WeightRegistry* const registry_;
-  Backend* const backend_;
+  const BackendInfo backend_;
   Observer* const observer_;
   // The host_tensor_min_bytes in effect: -1 when host_tensors rules it out.
   const int64_t host_min_bytes_;

@@ -151,7 +151,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                                                  : options.max_message_bytes;
   server->service_ = std::make_unique<Conv1dService>(
       service_options, server->scheduler_.get(), server->registry_.get(),
-      server->backend_.get(), server->observer_);
+      BackendInfo::Of(*server->backend_), server->observer_);
 
   // Both are process-wide switches read by the next BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);

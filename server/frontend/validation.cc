@@ -99,6 +99,7 @@ absl::Status CheckTensor(const v1::Tensor& t, absl::string_view field,
   if (moved != nullptr) {
     view->data = moved->buffer.get();
     view->owner = moved->buffer;
+    view->where.kind = moved->kind;
   } else {
     view->data = t.data().data();
     view->owner = nullptr;  // the request outlives the task (see conv1d_service)
@@ -307,13 +308,10 @@ absl::Status ValidateCommon(const Request& request, Op op,
 void Accumulate(ValidatedCall* call) {
   const ConvSegment& s = call->segment;
   int64_t total = 0;
-  for (const TensorView* v : {&s.x, &s.dout, &s.weight, &s.bias, &s.initial_states,
-                              &s.dfinal_states, &s.conv_state}) {
-    total += InputBytes(*v);
-  }
-  for (const OutputView* v : {&s.y, &s.final_states, &s.dx, &s.dweight, &s.dbias,
-                              &s.dinitial_states, &s.conv_state_out}) {
-    total += v->bytes;
+  // Outputs are sized but not bound yet: their bytes count.
+  for (int i = 0; i < kNumRoles; ++i) {
+    const Role r = RoleAt(i);
+    total += IsInput(r) ? InputBytes(s.input(r)) : s.output(r).bytes;
   }
   call->total_bytes = total;
 }
@@ -324,8 +322,9 @@ void SetWireTensor(const OutputView& out, v1::Tensor* t, OutputView* bound,
   t->mutable_shape()->Assign(out.shape.begin(), out.shape.end());
   if (bound != nullptr && buffers != nullptr && buffers->min_bytes >= 0 &&
       out.bytes > 0 && out.bytes >= buffers->min_bytes) {
-    std::shared_ptr<void> buffer = buffers->allocate(out.bytes);
-    bound->data = buffer.get();
+    HostBuffer buffer = buffers->allocate(out.bytes);
+    bound->data = buffer.data.get();
+    bound->where.kind = buffer.kind;
     buffers->detached->Add(t, std::move(buffer), out.bytes);
     return;
   }

@@ -157,7 +157,7 @@ namespace {
 // A tensor field whose data was read into a host buffer.
 struct Moved {
   const FieldDescriptor* field = nullptr;
-  std::shared_ptr<void> buffer;
+  HostBuffer buffer;
   int64_t bytes = 0;
 };
 
@@ -189,8 +189,8 @@ bool SplitTensor(CodedInputStream* in, int64_t min_bytes, const HostAllocator& a
       if (!in->ReadRaw(shell->data() + at, static_cast<int>(n))) return false;
       continue;
     }
-    std::shared_ptr<void> buffer = allocate(n);
-    if (!in->ReadRaw(buffer.get(), static_cast<int>(n))) return false;
+    HostBuffer buffer = allocate(n);
+    if (!in->ReadRaw(buffer.data.get(), static_cast<int>(n))) return false;
     moved->buffer = std::move(buffer);
     moved->bytes = n;
   }
@@ -235,7 +235,7 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
     shell->append(head);
     AppendVarint(shell, tensor.size());
     shell->append(tensor);
-    if (m.buffer != nullptr) {
+    if (m.buffer.data != nullptr) {
       m.field = f;
       moved->push_back(std::move(m));
     }
@@ -245,9 +245,8 @@ bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
 
 }  // namespace
 
-void DetachedTensors::Add(const v1::Tensor* tensor, std::shared_ptr<void> buffer,
-                          int64_t bytes) {
-  entries_.push_back(Entry{tensor, std::move(buffer), bytes});
+void DetachedTensors::Add(const v1::Tensor* tensor, HostBuffer buffer, int64_t bytes) {
+  entries_.push_back(Entry{tensor, std::move(buffer.data), bytes, buffer.kind});
 }
 
 const DetachedTensors::Entry* DetachedTensors::Find(const v1::Tensor* tensor) const {

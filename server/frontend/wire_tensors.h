@@ -2,7 +2,8 @@
 //
 // A compute request's large tensors (conv1d.v1.Tensor fields at the top level
 // of the message, `data` of at least a threshold) are received straight into
-// memory from Backend::AllocateHostBuffer: ParseWithDetachedData copies them
+// memory from the server's HostBufferProvider (server/core/host_buffers.h):
+// ParseWithDetachedData copies them
 // once from gRPC's receive buffers into that memory and parses the rest of
 // the message normally, leaving those tensors' `data` empty. The GPU
 // backend's buffers are page-locked, so the bytes then reach the device by
@@ -30,16 +31,18 @@
 #include "conv1d/v1/conv1d.pb.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/core/host_buffers.h"
 
 namespace conv1d {
 
-// When request tensors go to host buffers: kAuto when the backend prefers
-// them (Backend::PrefersHostBuffers: a page-locked pool); kAlways for any
-// backend (its buffers are then ordinary heap memory); kNever.
+// When request tensors go to host buffers: kAuto when the provider's memory
+// is page-locked (HostBufferProvider::page_locked); kAlways for any provider
+// (heap memory then); kNever.
 enum class HostTensors { kAuto, kAlways, kNever };
 
-// Host memory of at least the given number of bytes (> 0); never null.
-using HostAllocator = std::function<std::shared_ptr<void>(int64_t bytes)>;
+// Host memory of at least the given number of bytes (> 0), and its kind;
+// never null.
+using HostAllocator = std::function<HostBuffer(int64_t bytes)>;
 
 // The `data` bytes of some conv1d.v1.Tensor messages, kept outside them.
 class DetachedTensors {
@@ -48,10 +51,11 @@ class DetachedTensors {
     const v1::Tensor* tensor = nullptr;  // the message whose data this is
     std::shared_ptr<void> buffer;
     int64_t bytes = 0;
+    MemoryKind kind = MemoryKind::kHostHeap;
   };
 
   // REQUIRES: `tensor` has no entry yet and its own `data` is empty.
-  void Add(const v1::Tensor* tensor, std::shared_ptr<void> buffer, int64_t bytes);
+  void Add(const v1::Tensor* tensor, HostBuffer buffer, int64_t bytes);
   // The entry of `tensor`, or null when its data is its own.
   const Entry* Find(const v1::Tensor* tensor) const;
   bool empty() const { return entries_.empty(); }

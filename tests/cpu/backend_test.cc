@@ -9,8 +9,9 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/cpu/cpu_conv.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 #include "server/backends/echo/echo_backend.h"
+#include "server/core/segment_check.h"
 #include "tests/cpu/test_util.h"
 
 namespace conv1d {
@@ -74,7 +75,7 @@ TEST(CpuBackend, RejectsBadOptionsLaneAndSegment) {
   ConvSegment* ptr = &s;
   EXPECT_FALSE((*backend)->RunBatch(1, key, {&ptr, 1}, nullptr).ok());
   s.x.bytes = 2;
-  EXPECT_EQ((*backend)->CanServe(key, s).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateSegment(key, s).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*backend)->RunBatch(0, key, {&ptr, 1}, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }

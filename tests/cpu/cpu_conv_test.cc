@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 #include "tests/cpu/test_util.h"
 
 namespace conv1d {

@@ -580,7 +580,7 @@ TEST(WireTensorsSerialize, DetachedDataIsSentZeroCopyAndKeptAliveByTheBuffer) {
         freed = true;
       });
     };
-    std::shared_ptr<void> y = allocate(static_cast<int64_t>(n));
+    std::shared_ptr<void> y = allocate(static_cast<int64_t>(n)).data;
     std::memcpy(y.get(), y_bytes.data(), n);
     raw = y.get();
     auto detached = std::make_unique<DetachedTensors>();
@@ -996,7 +996,7 @@ TEST(WireTensorsAuto, DetachesOnlyForBackendsThatPreferHostBuffers) {
   ASSERT_TRUE(r.ParseFromString(raw));
   EXPECT_EQ(CheckForward(c, in, r), "");
   // Detached y is sent after the inline final_states (field 2).
-  EXPECT_EQ(raw[0], ts.server->backend().PrefersHostBuffers() ? '\x12' : '\x0a');
+  EXPECT_EQ(raw[0], ts.server->backend().host_buffers() != nullptr ? '\x12' : '\x0a');
 }
 
 }  // namespace

@@ -666,8 +666,9 @@ TEST(Conv1dHost, CanImplementRejectsBadArguments) {
   p.width = 4;
   Conv1dSegment s;
   int dummy = 0;
-  s.x = s.weight = &dummy;
-  s.y = &dummy;
+  s.set(Role::kX, &dummy);
+  s.set(Role::kWeight, &dummy);
+  s.set(Role::kY, &dummy);
   s.batch = 1;
   s.seqlen = 5;
   EXPECT_EQ(kernels::Conv1dCanImplement(p, &s, 1), hipSuccess);
@@ -688,7 +689,8 @@ TEST(Conv1dHost, CanImplementRejectsBadArguments) {
   q = p;
   q.op = KernelOp::kUpdate;
   t = s;
-  t.conv_state = t.conv_state_out = &dummy;
+  t.set(Role::kConvState, &dummy);
+  t.set(Role::kConvStateOut, &dummy);
   t.state_len = 2;
   EXPECT_NE(kernels::Conv1dCanImplement(q, &t, 1), hipSuccess);
   t.state_len = 3;
@@ -697,7 +699,9 @@ TEST(Conv1dHost, CanImplementRejectsBadArguments) {
   q = p;
   q.op = KernelOp::kBackward;
   t = s;
-  t.dout = t.dx = t.dweight = &dummy;
+  t.set(Role::kDout, &dummy);
+  t.set(Role::kDx, &dummy);
+  t.set(Role::kDweight, &dummy);
   kernels::Conv1dPlanInfo plan;
   ASSERT_EQ(kernels::Conv1dPlan(q, &t, 1, &plan), hipSuccess);
   EXPECT_GT(plan.workspace_bytes, 0);

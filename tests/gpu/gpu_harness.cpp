@@ -139,22 +139,22 @@ std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, boo
     t.batch = s.batch;
     t.seqlen = s.seqlen;
     t.state_len = s.state_len;
-    t.x = arena.Upload(s.x, off);
-    t.weight = arena.Upload(s.weight);
-    t.bias = arena.Upload(s.bias);
-    t.initial_states = arena.Upload(s.init);
-    t.dout = arena.Upload(s.dout, off);
-    t.dfinal_states = arena.Upload(s.dfinal);
-    t.conv_state = arena.Upload(s.state);
-    t.y = arena.Poisoned(s.y, off);
-    t.final_states = arena.Poisoned(s.final_states);
-    t.dx = arena.Poisoned(s.dx, off);
-    t.dweight = arena.Poisoned(s.dweight);
-    t.dbias = arena.Poisoned(s.dbias);
-    t.dinitial_states = arena.Poisoned(s.dinit);
+    t.set(Role::kX, arena.Upload(s.x, off));
+    t.set(Role::kWeight, arena.Upload(s.weight));
+    t.set(Role::kBias, arena.Upload(s.bias));
+    t.set(Role::kInitialStates, arena.Upload(s.init));
+    t.set(Role::kDout, arena.Upload(s.dout, off));
+    t.set(Role::kDfinalStates, arena.Upload(s.dfinal));
+    t.set(Role::kConvState, arena.Upload(s.state));
+    t.set(Role::kY, arena.Poisoned(s.y, off));
+    t.set(Role::kFinalStates, arena.Poisoned(s.final_states));
+    t.set(Role::kDx, arena.Poisoned(s.dx, off));
+    t.set(Role::kDweight, arena.Poisoned(s.dweight));
+    t.set(Role::kDbias, arena.Poisoned(s.dbias));
+    t.set(Role::kDinitialStates, arena.Poisoned(s.dinit));
     // state_out == nullptr-sized means in place: the test marks that by an
     // empty state_out tensor with state data present.
-    t.conv_state_out = s.state_out.n > 0 ? arena.Poisoned(s.state_out) : const_cast<void*>(t.conv_state);
+    t.set(Role::kConvStateOut, s.state_out.n > 0 ? arena.Poisoned(s.state_out) : t.out(Role::kConvState));
   }
   if (!arena.err.empty()) return arena.err;
   kernels::Conv1dPlanInfo plan;
@@ -175,17 +175,17 @@ std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, boo
   for (size_t i = 0; i < segs->size(); ++i) {
     SegmentData& s = (*segs)[i];
     const Conv1dSegment& t = table[i];
-    Download(t.y, &s.y);
-    Download(t.final_states, &s.final_states);
-    Download(t.dx, &s.dx);
-    Download(t.dweight, &s.dweight);
-    Download(t.dbias, &s.dbias);
-    Download(t.dinitial_states, &s.dinit);
+    Download(t.out(Role::kY), &s.y);
+    Download(t.out(Role::kFinalStates), &s.final_states);
+    Download(t.out(Role::kDx), &s.dx);
+    Download(t.out(Role::kDweight), &s.dweight);
+    Download(t.out(Role::kDbias), &s.dbias);
+    Download(t.out(Role::kDinitialStates), &s.dinit);
     if (s.state_out.n > 0) {
-      Download(t.conv_state_out, &s.state_out);
+      Download(t.out(Role::kConvStateOut), &s.state_out);
     } else if (s.state.n > 0) {
       s.state_out = s.state;
-      Download(t.conv_state_out, &s.state_out);
+      Download(t.out(Role::kConvStateOut), &s.state_out);
     }
   }
   e = hipGetLastError();

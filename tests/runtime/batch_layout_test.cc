@@ -43,16 +43,12 @@ std::vector<Interval> Slots(const BatchKey& key, const Round& r,
   std::vector<Interval> out;
   for (size_t p = 0; p < r.pieces.size(); ++p) {
     const PieceSlots& s = r.slots[p];
-    const PieceBytes b = BytesOfPiece(key, *segs[r.pieces[p].segment], r.pieces[p].b_count);
-    auto add = [&](int64_t off, int64_t bytes) {
-      if (off >= 0) out.push_back({off, off + bytes});
-    };
-    add(s.x, b.x);
-    add(s.weight, b.weight);
-    add(s.bias, b.bias);
-    add(s.initial_states, b.state);
-    add(s.y, b.x);
-    add(s.final_states, b.state);
+    for (int i = 0; i < kNumRoles; ++i) {
+      const int64_t off = s[RoleAt(i)];
+      if (off < 0) continue;
+      out.push_back({off, off + StagedBytes(key, *segs[r.pieces[p].segment], RoleAt(i),
+                                            r.pieces[p].b_count)});
+    }
   }
   return out;
 }
@@ -82,10 +78,10 @@ TEST(BatchLayoutTest, SmallBatchIsOneRoundWithAlignedDisjointSlots) {
   }
   // Inputs lie before input_end, outputs in [output_begin, output_end).
   for (size_t p = 0; p < r.pieces.size(); ++p) {
-    EXPECT_LT(r.slots[p].x, r.input_end);
-    EXPECT_LT(r.slots[p].initial_states, r.input_end);
-    EXPECT_GE(r.slots[p].y, r.output_begin);
-    EXPECT_LT(r.slots[p].final_states, r.output_end);
+    EXPECT_LT(r.slots[p][Role::kX], r.input_end);
+    EXPECT_LT(r.slots[p][Role::kInitialStates], r.input_end);
+    EXPECT_GE(r.slots[p][Role::kY], r.output_begin);
+    EXPECT_LT(r.slots[p][Role::kFinalStates], r.output_end);
   }
   EXPECT_LE(r.output_end, 1 << 20);
 }
@@ -155,10 +151,10 @@ TEST(BatchLayoutTest, CachedWeightsTakeNoSlot) {
                            {1 << 20, 1 << 20, kEntry, NoWorkspace});
   ASSERT_TRUE(rounds.ok());
   const Round& r = (*rounds)[0];
-  EXPECT_EQ(r.slots[0].weight, -1);
-  EXPECT_EQ(r.slots[0].bias, -1);
-  EXPECT_GE(r.slots[1].weight, 0);
-  EXPECT_GE(r.slots[1].bias, 0);
+  EXPECT_EQ(r.slots[0][Role::kWeight], -1);
+  EXPECT_EQ(r.slots[0][Role::kBias], -1);
+  EXPECT_GE(r.slots[1][Role::kWeight], 0);
+  EXPECT_GE(r.slots[1][Role::kBias], 0);
 }
 
 TEST(BatchLayoutTest, BackwardStagesGradientsAndRespectsWorkspace) {
@@ -180,13 +176,13 @@ TEST(BatchLayoutTest, BackwardStagesGradientsAndRespectsWorkspace) {
     EXPECT_LE(r.workspace_bytes, 10 * 1024);
     for (size_t p = 0; p < r.pieces.size(); ++p) {
       rows += r.pieces[p].b_count;
-      EXPECT_GE(r.slots[p].dout, 0);
-      EXPECT_GE(r.slots[p].dfinal_states, 0);
-      EXPECT_GE(r.slots[p].dx, r.output_begin);
-      EXPECT_GE(r.slots[p].dweight, r.output_begin);
-      EXPECT_GE(r.slots[p].dbias, r.output_begin);
-      EXPECT_GE(r.slots[p].dinitial_states, r.output_begin);
-      EXPECT_EQ(r.slots[p].y, -1);
+      EXPECT_GE(r.slots[p][Role::kDout], 0);
+      EXPECT_GE(r.slots[p][Role::kDfinalStates], 0);
+      EXPECT_GE(r.slots[p][Role::kDx], r.output_begin);
+      EXPECT_GE(r.slots[p][Role::kDweight], r.output_begin);
+      EXPECT_GE(r.slots[p][Role::kDbias], r.output_begin);
+      EXPECT_GE(r.slots[p][Role::kDinitialStates], r.output_begin);
+      EXPECT_EQ(r.slots[p][Role::kY], -1);
     }
   }
   EXPECT_EQ(rows, 16);

@@ -20,6 +20,7 @@
 #include "server/backends/gpu/batch_layout.h"
 #include "server/backends/gpu/gpu_runtime.h"
 #include "server/core/observer.h"
+#include "server/core/segment_check.h"
 
 namespace conv1d {
 namespace {
@@ -188,12 +189,12 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
   huge.batch = 1;
   huge.seqlen = 1 << 20;
   const ConvSegment seg = huge.Segment();
-  const absl::Status st = (*gpu)->CanServe(key, seg);
+  const absl::Status st = CheckBackendLimits((*gpu)->limits(), key, seg);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_NE(st.message().find("lane_buffer_bytes"), absl::string_view::npos) << st;
 }
 
-// Requests whose tensors live in AllocateHostBuffer memory: large ones move
+// Requests whose tensors live in the backend's host buffers: large ones move
 // by their own DMA, small ones by the gather/scatter copy kernels or packed
 // through staging, in the same fused batch; every output must still equal
 // the CPU's, nothing is allocated, and with gathering on no request tensor
@@ -235,22 +236,26 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
     std::vector<ConvBuffers> want;
     std::vector<ConvSegment> segs;
     std::vector<std::shared_ptr<void>> keep;
-    auto in_pool = [&](const void* src, int64_t bytes) -> void* {
-      keep.push_back((*gpu)->AllocateHostBuffer(bytes));
-      if (src != nullptr) std::memcpy(keep.back().get(), src, bytes);
-      else std::memset(keep.back().get(), 0xff, bytes);  // poisoned output
-      return keep.back().get();
+    // Moves a view into the backend's host buffers, saying so in its
+    // placement; outputs are poisoned.
+    auto in_pool = [&](auto* v, const void* src) {
+      HostBuffer buffer = (*gpu)->host_buffers()->Allocate(v->bytes);
+      keep.push_back(buffer.data);
+      if (src != nullptr) std::memcpy(keep.back().get(), src, v->bytes);
+      else std::memset(keep.back().get(), 0xff, v->bytes);
+      v->data = keep.back().get();
+      v->where.kind = buffer.kind;
     };
     for (auto& r : reqs) {
       want.push_back(*r);
       ASSERT_TRUE(RunCpuConv(&want.back(), nullptr).ok());
       ConvSegment s = r->Segment();
       for (TensorView* v : {&s.x, &s.dout, &s.initial_states, &s.dfinal_states, &s.conv_state}) {
-        if (v->present()) v->data = in_pool(v->data, v->bytes);
+        if (v->present()) in_pool(v, v->data);
       }
       for (OutputView* v : {&s.y, &s.final_states, &s.dx, &s.dinitial_states,
                             &s.conv_state_out}) {
-        if (v->present()) v->data = in_pool(nullptr, v->bytes);
+        if (v->present()) in_pool(v, nullptr);
       }
       std::fill(r->dweight.begin(), r->dweight.end(), 0xff);
       std::fill(r->dbias.begin(), r->dbias.end(), 0xff);
@@ -349,13 +354,23 @@ TEST_F(GpuBackendTest, FullHostPoolFallsBackToHeapAndReportsTheMiss) {
   opt.observer = &observer;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::shared_ptr<void> a = (*gpu)->AllocateHostBuffer(300 << 10);  // 512 KiB class
-  std::shared_ptr<void> b = (*gpu)->AllocateHostBuffer(512 << 10);
+  std::shared_ptr<HostBufferProvider> buffers = (*gpu)->host_buffers();
+  ASSERT_NE(buffers, nullptr);
+  EXPECT_TRUE(buffers->page_locked());
+  HostBuffer pa = buffers->Allocate(300 << 10);  // 512 KiB class
+  HostBuffer pb = buffers->Allocate(512 << 10);
+  EXPECT_EQ(pa.kind, MemoryKind::kHostPinned);
+  std::shared_ptr<void> a = pa.data, b = pb.data;
+  pa = HostBuffer();
+  pb = HostBuffer();
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(observer.host_in_use(), 1 << 20);
   EXPECT_TRUE(observer.missed().empty());
-  std::shared_ptr<void> c = (*gpu)->AllocateHostBuffer(100 << 10);
+  HostBuffer pc = buffers->Allocate(100 << 10);
+  EXPECT_EQ(pc.kind, MemoryKind::kHostHeap);
+  std::shared_ptr<void> c = pc.data;
+  pc = HostBuffer();
   ASSERT_NE(c, nullptr);
   std::memset(c.get(), 0x5a, 100 << 10);  // ordinary, writable memory
   EXPECT_EQ(observer.missed(), std::vector<int64_t>{100 << 10});
@@ -394,11 +409,13 @@ TEST_F(GpuBackendTest, DecodeRoundsCopyOnlyTheirTableAndMatchCpu) {
           std::vector<ConvBuffers> want;
           std::vector<ConvSegment> segs;
           std::vector<std::shared_ptr<void>> keep;
-          auto in_pool = [&](const void* src, int64_t bytes) -> void* {
-            keep.push_back((*gpu)->AllocateHostBuffer(bytes));
-            if (src != nullptr) std::memcpy(keep.back().get(), src, bytes);
-            else std::memset(keep.back().get(), 0xff, bytes);  // poisoned output
-            return keep.back().get();
+          auto in_pool = [&](auto* v, const void* src) {
+            HostBuffer buffer = (*gpu)->host_buffers()->Allocate(v->bytes);
+            keep.push_back(buffer.data);
+            if (src != nullptr) std::memcpy(keep.back().get(), src, v->bytes);
+            else std::memset(keep.back().get(), 0xff, v->bytes);  // poisoned output
+            v->data = keep.back().get();
+            v->where.kind = buffer.kind;
           };
           for (int i = 0; i < 6; ++i) {
             const int64_t l = op == Op::kUpdate ? 1 : 1 + i % 3;
@@ -410,10 +427,10 @@ TEST_F(GpuBackendTest, DecodeRoundsCopyOnlyTheirTableAndMatchCpu) {
             ASSERT_TRUE(RunCpuConv(&want.back(), nullptr).ok());
             ConvSegment sg = r.Segment();
             for (TensorView* v : {&sg.x, &sg.initial_states, &sg.conv_state}) {
-              if (v->present()) v->data = in_pool(v->data, v->bytes);
+              if (v->present()) in_pool(v, v->data);
             }
             for (OutputView* v : {&sg.y, &sg.final_states, &sg.conv_state_out}) {
-              if (v->present()) v->data = in_pool(nullptr, v->bytes);
+              if (v->present()) in_pool(v, nullptr);
             }
             sg.weight.data = weights->data();
             sg.weight.owner = weights;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/cpu_conv.h"
+#include "server/core/segment_check.h"
 
 namespace conv1d {
 namespace {
@@ -31,10 +32,6 @@ std::vector<std::string> CpuBackend::devices() const {
   return {absl::StrCat("cpu (", pool_->num_threads(), " threads)")};
 }
 
-absl::Status CpuBackend::CanServe(const BatchKey& key, const ConvSegment& segment) const {
-  return ValidateCpuConvSegment(key, segment);
-}
-
 absl::Status CpuBackend::RunBatch(int lane, const BatchKey& key,
                                   absl::Span<ConvSegment* const> segments,
                                   BatchStats* stats) {
@@ -48,7 +45,7 @@ absl::Status CpuBackend::RunBatch(int lane, const BatchKey& key,
     if (segments[i] == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("segment ", i, " is null"));
     }
-    if (absl::Status st = ValidateCpuConvSegment(key, *segments[i]); !st.ok()) {
+    if (absl::Status st = ValidateSegment(key, *segments[i]); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("segment ", i, ": ", st.message()));
     }
   }
@@ -59,14 +56,14 @@ absl::Status CpuBackend::RunBatch(int lane, const BatchKey& key,
       small.push_back(s);
       continue;
     }
-    if (absl::Status st = CpuConvSegment(key, *s, pool_.get()); !st.ok()) return st;
+    if (absl::Status st = CpuConvValidSegment(key, *s, pool_.get()); !st.ok()) return st;
     ++passes;
   }
   if (!small.empty()) {
     std::vector<absl::Status> results(small.size());
     pool_->ParallelFor(static_cast<int64_t>(small.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        results[i] = CpuConvSegment(key, *small[i], /*pool=*/nullptr);
+        results[i] = CpuConvValidSegment(key, *small[i], /*pool=*/nullptr);
       }
     });
     ++passes;

@@ -5,7 +5,7 @@
 // across the pool whole.
 //
 // Thread-safety: RunBatch may be called concurrently from different lanes
-// (the pool takes concurrent loops); CanServe is thread-safe.
+// (the pool takes concurrent loops).
 #ifndef CONV1D_SERVER_BACKENDS_CPU_CPU_BACKEND_H_
 #define CONV1D_SERVER_BACKENDS_CPU_CPU_BACKEND_H_
 
@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 #include "server/core/backend.h"
 #include "server/core/conv_problem.h"
 
@@ -41,7 +41,6 @@ class CpuBackend final : public Backend {
   int num_lanes() const override { return lanes_; }
 
   // Checks presence and sizes of the segment's tensors for `key`.
-  absl::Status CanServe(const BatchKey& key, const ConvSegment& segment) const override;
 
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,

@@ -4,108 +4,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/cpu_conv_internal.h"
+#include "server/core/segment_check.h"
 
 namespace conv1d {
-namespace {
-
-// Element counts of every tensor of a segment, from its sizes and the key.
-struct SegmentSizes {
-  int64_t activations = 0;  // x, y, dout, dx
-  int64_t states = 0;       // initial/final/dinitial/dfinal states
-  int64_t conv_state = 0;   // update
-  int64_t weight = 0;
-  int64_t bias = 0;
-};
-
-absl::Status CheckedMul(int64_t a, int64_t b, int64_t* out, const char* what) {
-  if (__builtin_mul_overflow(a, b, out)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " element count overflows int64"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ComputeSizes(const BatchKey& key, const ConvSegment& s, SegmentSizes* out) {
-  if (key.width < 1 || key.width > kMaxWidth) {
-    return absl::InvalidArgumentError(absl::StrCat("width must be in [1, ", kMaxWidth, "], got ", key.width));
-  }
-  if (key.dim < 1) return absl::InvalidArgumentError(absl::StrCat("dim must be >= 1, got ", key.dim));
-  if (s.batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 0, got ", s.batch));
-  if (s.seqlen < 1) return absl::InvalidArgumentError(absl::StrCat("seqlen must be >= 1, got ", s.seqlen));
-  const int64_t halo = key.width - 1;
-  if (key.op == Op::kUpdate && s.state_len < halo) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "conv_state length ", s.state_len, " is shorter than width - 1 = ", halo));
-  }
-  int64_t bd = 0;
-  absl::Status st = CheckedMul(s.batch, key.dim, &bd, "batch * dim");
-  if (st.ok()) st = CheckedMul(bd, s.seqlen, &out->activations, "x");
-  if (st.ok()) st = CheckedMul(bd, halo, &out->states, "states");
-  if (st.ok() && key.op == Op::kUpdate) st = CheckedMul(bd, s.state_len, &out->conv_state, "conv_state");
-  if (st.ok()) st = CheckedMul(key.dim, key.width, &out->weight, "weight");
-  if (!st.ok()) return st;
-  // Byte counts must fit too (x4 at most).
-  if (out->activations > (int64_t{1} << 60) || out->conv_state > (int64_t{1} << 60)) {
-    return absl::InvalidArgumentError("tensor byte count overflows int64");
-  }
-  out->bias = key.dim;
-  return absl::OkStatus();
-}
-
-template <typename View>
-absl::Status CheckTensor(const View& v, const char* name, int64_t elements, DType dtype,
-                         bool required) {
-  const int64_t need = elements * DTypeSize(dtype);
-  if (need == 0) return absl::OkStatus();
-  if (!v.present()) {
-    if (!required) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(name, " is required but absent"));
-  }
-  if (v.bytes < need) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " has ", v.bytes, " bytes, needs ", need));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status ValidateCpuConvSegment(const BatchKey& key, const ConvSegment& s) {
-  SegmentSizes n;
-  if (absl::Status st = ComputeSizes(key, s, &n); !st.ok()) return st;
-  const DType xt = key.x_dtype, wt = key.weight_dtype, gt = key.grad_weight_dtype;
-  const bool fwd = key.op == Op::kForward, bwd = key.op == Op::kBackward,
-             upd = key.op == Op::kUpdate;
-  absl::Status st;
-  auto check = [&](const auto& v, const char* name, int64_t elements, DType t, bool required) {
-    if (st.ok()) st = CheckTensor(v, name, elements, t, required);
-  };
-  check(s.x, "x", n.activations, xt, true);
-  check(s.weight, "weight", n.weight, wt, true);
-  check(s.bias, "bias", n.bias, wt, key.has_bias);
-  if (fwd || bwd) {
-    check(s.initial_states, "initial_states", n.states, xt, key.has_initial_states);
-  }
-  if (fwd) {
-    check(s.y, "y", n.activations, xt, true);
-    check(s.final_states, "final_states", n.states, xt, false);
-  }
-  if (bwd) {
-    check(s.dout, "dout", n.activations, xt, true);
-    check(s.dfinal_states, "dfinal_states", n.states, xt, key.has_dfinal_states);
-    check(s.dx, "dx", n.activations, xt, true);
-    check(s.dweight, "dweight", n.weight, gt, true);
-    check(s.dbias, "dbias", n.bias, gt, false);
-    check(s.dinitial_states, "dinitial_states", n.states, xt, false);
-  }
-  if (upd) {
-    check(s.conv_state, "conv_state", n.conv_state, xt, true);
-    check(s.y, "y", n.activations, xt, true);
-    check(s.conv_state_out, "conv_state_out", n.conv_state, xt, true);
-  }
-  return st;
-}
 
 absl::Status CpuConvSegment(const BatchKey& key, const ConvSegment& s, ThreadPool* pool) {
-  if (absl::Status st = ValidateCpuConvSegment(key, s); !st.ok()) return st;
+  if (absl::Status st = ValidateSegment(key, s); !st.ok()) return st;
+  return CpuConvValidSegment(key, s, pool);
+}
+
+absl::Status CpuConvValidSegment(const BatchKey& key, const ConvSegment& s, ThreadPool* pool) {
   if (s.batch == 0) {
     // Nothing per sequence; weight gradients of an empty batch are zero.
     if (key.op == Op::kBackward) {

@@ -18,24 +18,19 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 #include "server/core/conv_problem.h"
 
 namespace conv1d {
 
-// Checks that `segment` carries every tensor `key` requires, with enough
-// bytes for its shape (sizes from B, L, state_len, D, W; dtypes from the key).
-// Returns INVALID_ARGUMENT naming the tensor otherwise. Required: forward x,
-// weight, y; backward x, dout, weight, dx, dweight; update x, conv_state,
-// weight, y, conv_state_out; bias / initial_states / dfinal_states when the
-// key says so. final_states, dbias and dinitial_states are written when
-// present.
-absl::Status ValidateCpuConvSegment(const BatchKey& key, const ConvSegment& segment);
-
 // Computes one segment fully. `pool` may be null: then everything runs on the
-// caller. Validates first (as above); on error nothing is written.
+// caller. Validates first (core ValidateSegment); on error nothing is
+// written.
 absl::Status CpuConvSegment(const BatchKey& key, const ConvSegment& segment,
                             ThreadPool* pool);
+// The same without the check. REQUIRES: ValidateSegment(key, segment) is OK.
+absl::Status CpuConvValidSegment(const BatchKey& key, const ConvSegment& segment,
+                                 ThreadPool* pool);
 
 // Host buffers for one segment, owned; for tests, tools and clients that do
 // not manage their own storage. Inputs are raw bytes in the key's dtypes

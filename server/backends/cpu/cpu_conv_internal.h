@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 #include "server/core/conv_problem.h"
 #include "server/core/dtype.h"
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/segment_check.h"
 
 namespace conv1d::gpu {
 namespace {
@@ -11,36 +12,13 @@ int64_t AlignUp(int64_t n) {
   return (n + kSlotAlignBytes - 1) / kSlotAlignBytes * kSlotAlignBytes;
 }
 
-// Which tensors a piece stages, per the op and the key.
-struct Staged {
-  bool x = true, dout = false, initial_states = false, dfinal_states = false,
-       conv_state = false;
-  bool y = false, final_states = false, dx = false, dweight = false,
-       dbias = false, dinitial_states = false, conv_state_out = false;
-};
-
-Staged StagedFor(const BatchKey& key) {
-  Staged s;
-  switch (key.op) {
-    case Op::kForward:
-      s.initial_states = key.has_initial_states;
-      s.y = true;
-      s.final_states = key.return_final_states;
-      break;
-    case Op::kBackward:
-      s.dout = true;
-      s.initial_states = key.has_initial_states;
-      s.dfinal_states = key.has_dfinal_states;
-      s.dx = true;
-      s.dweight = true;
-      s.dbias = key.has_bias;
-      s.dinitial_states = key.return_dinitial_states;
-      break;
-    case Op::kUpdate:
-      s.conv_state = true;
-      s.y = true;
-      s.conv_state_out = true;
-      break;
+// The roles a piece takes a slot for: every role the key uses, weights only
+// when they are not on the device already.
+RoleSet StagedRoles(const BatchKey& key, bool weights_on_device) {
+  RoleSet s = key.roles();
+  if (weights_on_device) {
+    s = RoleSet{static_cast<uint16_t>(s.bits & ~((1u << RoleIndex(Role::kWeight)) |
+                                                 (1u << RoleIndex(Role::kBias))))};
   }
   return s;
 }
@@ -54,33 +32,19 @@ struct Footprint {
 
 Footprint FootprintOf(const BatchKey& key, const ConvSegment& seg,
                       bool weights_on_device) {
-  const Staged s = StagedFor(key);
-  const PieceBytes one = BytesOfPiece(key, seg, 1);
+  const RoleSet staged = StagedRoles(key, weights_on_device);
   Footprint f;
   int slots = 0;
-  auto row = [&](bool on, int64_t bytes) {
-    if (!on) return;
-    f.per_row += bytes;
-    ++slots;
-  };
-  row(s.x, one.x);
-  row(s.dout, one.x);
-  row(s.y, one.x);
-  row(s.dx, one.x);
-  row(s.initial_states, one.state);
-  row(s.dfinal_states, one.state);
-  row(s.final_states, one.state);
-  row(s.dinitial_states, one.state);
-  row(s.conv_state, one.conv_state);
-  row(s.conv_state_out, one.conv_state);
-  auto fixed = [&](bool on, int64_t bytes) {
-    if (!on) return;
-    f.fixed += AlignUp(bytes);
-  };
-  fixed(!weights_on_device, one.weight);
-  fixed(!weights_on_device && key.has_bias, one.bias);
-  fixed(s.dweight, one.dweight);
-  fixed(s.dbias, one.dbias);
+  for (int i = 0; i < kNumRoles; ++i) {
+    const Role r = RoleAt(i);
+    if (!staged.has(r)) continue;
+    if (IsPerRow(r)) {
+      f.per_row += StagedBytes(key, seg, r, 1);
+      ++slots;
+    } else {
+      f.fixed += AlignUp(StagedBytes(key, seg, r, 1));
+    }
+  }
   f.fixed += int64_t{slots} * kSlotAlignBytes;
   return f;
 }
@@ -93,20 +57,14 @@ DType StagedWeightDType(const BatchKey& key) {
              : DType::kF32;
 }
 
-PieceBytes BytesOfPiece(const BatchKey& key, const ConvSegment& seg,
-                        int64_t b_count) {
-  const int64_t xs = DTypeSize(key.x_dtype);
-  const int64_t ws = DTypeSize(StagedWeightDType(key));
-  const int64_t d = key.dim;
-  PieceBytes p;
-  p.x = b_count * d * seg.seqlen * xs;
-  p.state = b_count * d * (key.width - 1) * xs;
-  p.conv_state = b_count * d * seg.state_len * xs;
-  p.weight = d * key.width * ws;
-  p.bias = d * ws;
-  p.dweight = d * key.width * 4;
-  p.dbias = d * 4;
-  return p;
+int64_t StagedBytes(const BatchKey& key, const ConvSegment& seg, Role role, int64_t rows) {
+  const int64_t elements = RoleElements(key, seg, role, rows);
+  switch (DTypeClassOf(role)) {
+    case RoleDType::kWeight: return elements * DTypeSize(StagedWeightDType(key));
+    case RoleDType::kGradWeight: return elements * 4;
+    case RoleDType::kActivation: break;
+  }
+  return elements * DTypeSize(key.x_dtype);
 }
 
 int64_t MinLaneBytesFor(const BatchKey& key, const ConvSegment& seg,
@@ -168,47 +126,29 @@ absl::StatusOr<std::vector<Round>> PlanRounds(
   close();
 
   // Assign offsets: table, then every input, then every output.
-  const Staged s = StagedFor(key);
   for (Round& r : rounds) {
     r.table_offset = 0;
     r.table_bytes = table_bytes(r.pieces.size());
     int64_t at = r.table_bytes;
-    auto place = [&at](bool on, int64_t bytes) -> int64_t {
-      if (!on) return -1;
-      const int64_t off = at;
-      at += AlignUp(bytes);
-      return off;
-    };
     r.slots.resize(r.pieces.size());
-    for (size_t p = 0; p < r.pieces.size(); ++p) {
-      const Piece& pc = r.pieces[p];
-      const ConvSegment& seg = *segments[pc.segment];
-      const PieceBytes pb = BytesOfPiece(key, seg, pc.b_count);
-      const bool stage_w = !weights_on_device[pc.segment];
-      PieceSlots& sl = r.slots[p];
-      sl.x = place(s.x, pb.x);
-      sl.dout = place(s.dout, pb.x);
-      sl.weight = place(stage_w, pb.weight);
-      sl.bias = place(stage_w && key.has_bias, pb.bias);
-      sl.initial_states = place(s.initial_states, pb.state);
-      sl.dfinal_states = place(s.dfinal_states, pb.state);
-      sl.conv_state = place(s.conv_state, pb.conv_state);
-      r.workspace_bytes += options.piece_workspace(seg, pc.b_count);
-    }
+    auto place = [&](bool inputs) {
+      for (size_t p = 0; p < r.pieces.size(); ++p) {
+        const Piece& pc = r.pieces[p];
+        const ConvSegment& seg = *segments[pc.segment];
+        const RoleSet staged = StagedRoles(key, weights_on_device[pc.segment]);
+        for (int i = 0; i < kNumRoles; ++i) {
+          const Role role = RoleAt(i);
+          if (!staged.has(role) || IsInput(role) != inputs) continue;
+          r.slots[p][role] = at;
+          at += AlignUp(StagedBytes(key, seg, role, pc.b_count));
+        }
+        if (inputs) r.workspace_bytes += options.piece_workspace(seg, pc.b_count);
+      }
+    };
+    place(/*inputs=*/true);
     r.input_end = at;
     r.output_begin = at;
-    for (size_t p = 0; p < r.pieces.size(); ++p) {
-      const Piece& pc = r.pieces[p];
-      const PieceBytes pb = BytesOfPiece(key, *segments[pc.segment], pc.b_count);
-      PieceSlots& sl = r.slots[p];
-      sl.y = place(s.y, pb.x);
-      sl.dx = place(s.dx, pb.x);
-      sl.final_states = place(s.final_states, pb.state);
-      sl.dinitial_states = place(s.dinitial_states, pb.state);
-      sl.conv_state_out = place(s.conv_state_out, pb.conv_state);
-      sl.dweight = place(s.dweight, pb.dweight);
-      sl.dbias = place(s.dbias, pb.dbias);
-    }
+    place(/*inputs=*/false);
     r.output_end = at;
     if (r.output_end > options.capacity_bytes) {
       return absl::InternalError(absl::StrCat(

@@ -15,6 +15,7 @@
 #ifndef CONV1D_SERVER_BACKENDS_GPU_BATCH_LAYOUT_H_
 #define CONV1D_SERVER_BACKENDS_GPU_BATCH_LAYOUT_H_
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -34,13 +35,14 @@ struct Piece {
   int64_t b_count = 0;
 };
 
-// Byte offsets of one piece's tensors inside the lane buffer; -1 = absent
-// (not used by the op, not requested, or weights already on the device).
+// Byte offsets of one piece's tensors inside the lane buffer, by role; -1 =
+// absent (not used by the op, not requested, or weights already on the
+// device).
 struct PieceSlots {
-  int64_t x = -1, dout = -1, weight = -1, bias = -1, initial_states = -1,
-          dfinal_states = -1, conv_state = -1;
-  int64_t y = -1, final_states = -1, dx = -1, dweight = -1, dbias = -1,
-          dinitial_states = -1, conv_state_out = -1;
+  std::array<int64_t, kNumRoles> at;
+  PieceSlots() { at.fill(-1); }
+  int64_t operator[](Role r) const { return at[RoleIndex(r)]; }
+  int64_t& operator[](Role r) { return at[RoleIndex(r)]; }
 };
 
 struct Round {
@@ -67,13 +69,10 @@ struct LayoutOptions {
 // weights) are converted to fp32 while packing.
 DType StagedWeightDType(const BatchKey& key);
 
-// Bytes of each tensor of a piece of `b_count` rows.
-struct PieceBytes {
-  int64_t x = 0, state = 0, conv_state = 0, weight = 0, bias = 0,
-          dweight = 0, dbias = 0;
-};
-PieceBytes BytesOfPiece(const BatchKey& key, const ConvSegment& seg,
-                        int64_t b_count);
+// Bytes `role`'s tensor of a piece of `rows` rows takes in the lane buffer:
+// the request's bytes, except weights (StagedWeightDType) and dweight/dbias
+// (always fp32 on the device).
+int64_t StagedBytes(const BatchKey& key, const ConvSegment& seg, Role role, int64_t rows);
 
 // Plans the rounds of a batch. `weights_on_device[i]` says segment i's
 // weight/bias need no staging. Fails with RESOURCE_EXHAUSTED naming
@@ -82,8 +81,7 @@ absl::StatusOr<std::vector<Round>> PlanRounds(
     const BatchKey& key, absl::Span<ConvSegment* const> segments,
     absl::Span<const bool> weights_on_device, const LayoutOptions& options);
 
-// Smallest lane buffer that holds one row (b_count = 1) of `seg`: what
-// CanServe compares against.
+// Smallest lane buffer that holds one row (b_count = 1) of `seg`.
 int64_t MinLaneBytesFor(const BatchKey& key, const ConvSegment& seg,
                         int64_t table_entry_bytes);
 

@@ -7,11 +7,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "server/util/thread_pool.h"
 #include "server/backends/gpu/batch_layout.h"
 #include "server/backends/gpu/gpu_backend_internal.h"
 #include "server/backends/gpu/host_pool.h"
+#include "server/util/thread_pool.h"
 
 namespace conv1d {
 namespace {
@@ -54,6 +56,23 @@ absl::Status ValidateOptions(const GpuBackendOptions& o) {
   return absl::OkStatus();
 }
 
+// GpuBackendOptions::inject_fault: "", "launch:N" or "copy:N" (N >= 1).
+absl::StatusOr<LaneFault> ParseFault(const std::string& spec) {
+  LaneFault fault;
+  if (spec.empty()) return fault;
+  const size_t colon = spec.find(':');
+  const std::string where = spec.substr(0, colon);
+  int64_t every = 0;
+  if (colon != std::string::npos && absl::SimpleAtoi(spec.substr(colon + 1), &every) &&
+      every >= 1 && (where == "launch" || where == "copy")) {
+    fault.point = where == "launch" ? FaultPoint::kLaunch : FaultPoint::kCopy;
+    fault.every = every;
+    return fault;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "inject_fault must be empty, \"launch:N\" or \"copy:N\" with N >= 1, got \"", spec, "\""));
+}
+
 }  // namespace
 
 int GpuBackend::VisibleDeviceCount() {
@@ -68,6 +87,9 @@ int GpuBackend::VisibleDeviceCount() {
 absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
     const GpuBackendOptions& options) {
   if (absl::Status st = ValidateOptions(options); !st.ok()) return st;
+  absl::StatusOr<LaneFault> parsed_fault = ParseFault(options.inject_fault);
+  if (!parsed_fault.ok()) return parsed_fault.status();
+  const LaneFault fault = *parsed_fault;
   const int visible = VisibleDeviceCount();
   if (visible == 0) {
     return absl::FailedPreconditionError("no GPU device is visible");
@@ -206,6 +228,12 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
           delete pool;
           gpu::PinnedFree(region);
         });
+    std::function<void(int64_t)> on_miss;
+    if (options.observer != nullptr) {
+      on_miss = [observer = options.observer](int64_t bytes) { observer->OnHostPoolMiss(bytes); };
+    }
+    backend->host_buffers_ =
+        std::make_shared<gpu::PooledHostBuffers>(backend->host_pool_, std::move(on_miss));
     if (options.observer != nullptr) {
       const Device& first = *backend->devices_[0];
       options.observer->OnPoolBytes("pinned", first.index, first.pinned_pool_bytes + host_bytes);
@@ -229,6 +257,7 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
     lane->scatter_table = lane->gather_table + kCopyTableEntries;
     lane->workspace_bytes = ws_bytes;
     lane->table.reserve(1024);
+    lane->fault = fault;
     absl::Status st = gpu::GpuStatus(hipSetDevice(dev.index), "hipSetDevice");
     if (st.ok()) {
       st = gpu::GpuStatus(hipStreamCreateWithFlags(&lane->stream, hipStreamNonBlocking),
@@ -278,18 +307,14 @@ std::vector<std::string> GpuBackend::devices() const {
 
 int GpuBackend::num_lanes() const { return static_cast<int>(lanes_.size()); }
 
-absl::Status GpuBackend::CanServe(const BatchKey& key,
-                                  const ConvSegment& segment) const {
-  const int64_t need = gpu::MinLaneBytesFor(key, segment,
-                                            sizeof(kernels::Conv1dSegment));
-  if (need > lane_buffer_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "one sequence of this request needs ", need,
-        " bytes of staging, more than lane_buffer_bytes=", lane_buffer_bytes_,
-        "; send shorter sequences or start the server with a larger "
-        "--lane_buffer_bytes"));
-  }
-  return absl::OkStatus();
+BackendLimits GpuBackend::limits() const {
+  // A row's tensors, each with up to a slot's alignment padding, after the
+  // table entry (batch_layout.h): what PlanRounds can always place.
+  BackendLimits limits;
+  limits.max_row_bytes = lane_buffer_bytes_ - AlignUp(sizeof(kernels::Conv1dSegment)) -
+                         2 * kNumRoles * gpu::kSlotAlignBytes;
+  limits.limit_flag = "lane_buffer_bytes";
+  return limits;
 }
 
 absl::Status GpuBackend::Health() const {
@@ -300,16 +325,6 @@ absl::Status GpuBackend::Health() const {
     }
   }
   return absl::OkStatus();
-}
-
-std::shared_ptr<void> GpuBackend::AllocateHostBuffer(int64_t bytes) {
-  if (host_pool_ != nullptr && bytes > 0) {
-    if (void* p = host_pool_->Allocate(bytes)) {
-      return std::shared_ptr<void>(p, [pool = host_pool_](void* q) { pool->Free(q); });
-    }
-    if (options_.observer != nullptr) options_.observer->OnHostPoolMiss(bytes);
-  }
-  return Backend::AllocateHostBuffer(bytes);
 }
 
 bool GpuBackend::LaneAvailable(int lane) const {

@@ -10,7 +10,7 @@
 // staging (in parallel), one async H2D copy, one fused kernel launch, one
 // async D2H copy, an event; then outputs are copied out to the requests.
 // Requests larger than a lane are cut along B into several such rounds.
-// Tensors that live in the host pool (AllocateHostBuffer) skip packing: they
+// Tensors that live in the host pool (host_buffers()) skip packing: they
 // are copied by their own DMA straight from (and back to) the request.
 // Several lanes per device let packing, copies and kernels of consecutive
 // batches overlap. After start no device or pinned allocation happens
@@ -62,9 +62,9 @@ struct GpuBackendOptions {
   // 0: min(16, hardware concurrency).
   int pack_threads = 0;
   // Page-locked host memory for request and response tensors
-  // (AllocateHostBuffer), shared by all devices; tensors there of at least
+  // (host_buffers()), shared by all devices; tensors there of at least
   // direct_copy_bytes move by DMA with no staging memcpy. -1: no pool
-  // (AllocateHostBuffer hands out heap memory); 0 derives it (1/32 of
+  // (the server then uses heap memory); 0 derives it (1/32 of
   // physical memory, 64 MiB .. 4 GiB).
   int64_t host_pool_bytes = -1;
   // Smallest host-pool tensor copied by its own DMA (each copy costs a few
@@ -103,6 +103,11 @@ struct GpuBackendOptions {
   // lets the driver pipeline them: 1 MB forwards from the host pool went
   // from ~29 k to ~37 k req/s fused on an H100 (bench/runtime/README.md).
   bool batch_copies = true;
+  // Test hook: "launch:N" fails every N-th fused launch of each lane,
+  // "copy:N" every N-th queueing of its device-to-host copies, with a
+  // refused-call error (not a sticky one): the batch fails, the device goes
+  // on. Empty: none. INVALID_ARGUMENT for anything else.
+  std::string inject_fault;
   Observer* observer = nullptr;  // not owned; may be null
 };
 
@@ -122,8 +127,8 @@ class GpuBackend final : public Backend {
   const char* name() const override { return "gpu"; }
   std::vector<std::string> devices() const override;
   int num_lanes() const override;
-  absl::Status CanServe(const BatchKey& key,
-                        const ConvSegment& segment) const override;
+  // One row of a request must fit a lane buffer with its slot padding.
+  BackendLimits limits() const override;
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,
                         BatchStats* stats) override;
@@ -131,14 +136,17 @@ class GpuBackend final : public Backend {
   // OK while every device serves; otherwise the first sticky error.
   absl::Status Health() const override;
   bool LaneAvailable(int lane) const override;
-  // Page-locked from the host pool while it has room, else heap memory.
-  std::shared_ptr<void> AllocateHostBuffer(int64_t bytes) override;
-  bool PrefersHostBuffers() const override { return host_pool_ != nullptr; }
+  // Page-locked from the host pool while it has room, else heap memory;
+  // null when the pool is off.
+  std::shared_ptr<HostBufferProvider> host_buffers() const override { return host_buffers_; }
   int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
 
- private:
+  // Per-device and per-lane state (gpu_backend_internal.h), shared with
+  // the lane executor.
   struct Device;
   struct Lane;
+
+ private:
 
   GpuBackend() = default;
   absl::Status RunRounds(Lane& lane, const BatchKey& key,
@@ -154,6 +162,7 @@ class GpuBackend final : public Backend {
   // Shared with the deleters of the buffers it hands out, which may outlive
   // the backend; null when the pool is off.
   std::shared_ptr<gpu::HostPool> host_pool_;
+  std::shared_ptr<HostBufferProvider> host_buffers_;
   // gather_small_host_tensors is on and every device sees the host pool and
   // the lanes' copy tables at their host addresses (unified addressing).
   bool gather_small_host_tensors_ = false;

@@ -42,6 +42,29 @@ struct GpuBackend::Device {
   absl::Status error ABSL_GUARDED_BY(mu);
 };
 
+// One memcpy of a pack or unpack step.
+struct CopyJob {
+  void* dst;
+  const void* src;
+  int64_t bytes;
+};
+
+// Where an injected fault strikes (GpuBackendOptions::inject_fault).
+enum class FaultPoint { kLaunch, kCopy };
+
+// A lane's injected faults: every `every`-th pass through `point` fails with
+// hipErrorInvalidValue, as a refused launch or copy would (not a sticky
+// error: the batch fails, the device goes on).
+struct LaneFault {
+  FaultPoint point = FaultPoint::kLaunch;
+  int64_t every = 0;  // 0: never
+  int64_t passes = 0;
+  hipError_t Check(FaultPoint at) {
+    if (every <= 0 || at != point) return hipSuccess;
+    return ++passes % every == 0 ? hipErrorInvalidValue : hipSuccess;
+  }
+};
+
 // Touched only by its lane's thread (and by set-up/tear-down).
 struct GpuBackend::Lane {
   int index = 0;
@@ -57,6 +80,10 @@ struct GpuBackend::Lane {
   // (device -> host pool) copy kernels, kCopyTableEntries each.
   kernels::BatchCopyChunk* gather_table = nullptr;
   kernels::BatchCopyChunk* scatter_table = nullptr;
+  // Scratch lists of a round, kept to reuse their memory.
+  std::vector<CopyJob> jobs;
+  std::vector<gpu::AsyncCopy> h2d, d2h;
+  LaneFault fault;
 };
 
 // Entries of each copy table of a lane: up to 128 MiB per direction and
@@ -64,17 +91,6 @@ struct GpuBackend::Lane {
 inline constexpr int32_t kCopyTableEntries = 8192;
 inline constexpr int64_t kCopyTablesBytes =
     2 * kCopyTableEntries * static_cast<int64_t>(sizeof(kernels::BatchCopyChunk));
-
-// One memcpy of a pack or unpack step.
-struct CopyJob {
-  void* dst;
-  const void* src;
-  int64_t bytes;
-};
-
-// Runs the copies on `pool` (large ones cut into chunks); inline when the
-// total is small.
-void ParallelCopy(ThreadPool* pool, const std::vector<CopyJob>& jobs);
 
 }  // namespace conv1d
 

@@ -1,6 +1,7 @@
 #include "server/backends/gpu/gpu_runtime.h"
 
 #include <atomic>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -35,6 +36,41 @@ bool IsStickyError(hipError_t err) {
   return err == hipErrorIllegalAddress || err == hipErrorLaunchFailure ||
          err == hipErrorECCNotCorrectable;
 #endif
+}
+
+hipError_t MemcpyAsyncMany(absl::Span<const AsyncCopy> copies, hipMemcpyKind kind,
+                           hipStream_t stream, bool batched, int64_t* bytes) {
+#if defined(CONV1D_PLATFORM_CUDA) && defined(CUDART_VERSION) && CUDART_VERSION >= 12080
+  if (batched && copies.size() > 1) {
+    thread_local std::vector<void*> dsts;
+    thread_local std::vector<const void*> srcs;
+    thread_local std::vector<size_t> sizes;
+    dsts.clear();
+    srcs.clear();
+    sizes.clear();
+    int64_t total = 0;
+    for (const AsyncCopy& c : copies) {
+      dsts.push_back(c.dst);
+      srcs.push_back(c.src);
+      sizes.push_back(static_cast<size_t>(c.bytes));
+      total += c.bytes;
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t first = 0;
+    const hipError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                                                copies.size(), &attr, &first, 1, stream);
+    if (err == hipSuccess) *bytes += total;
+    return err;
+  }
+#endif
+  (void)batched;
+  for (const AsyncCopy& c : copies) {
+    const hipError_t err = hipMemcpyAsync(c.dst, c.src, c.bytes, kind, stream);
+    if (err != hipSuccess) return err;
+    *bytes += c.bytes;
+  }
+  return hipSuccess;
 }
 
 hipError_t DeviceAlloc(void** ptr, int64_t bytes) {

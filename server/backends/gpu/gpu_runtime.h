@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/gpu_compat.h"
 
 #if defined(CONV1D_PLATFORM_CUDA)
@@ -25,6 +26,8 @@
 #define hipEventDefault cudaEventDefault
 #define hipEventBlockingSync cudaEventBlockingSync
 #define hipDeviceReset cudaDeviceReset
+#define hipMemcpy2DAsync cudaMemcpy2DAsync
+#define hipMemset2DAsync cudaMemset2DAsync
 #define hipErrorMemoryAllocation cudaErrorMemoryAllocation
 #endif
 
@@ -36,6 +39,21 @@ absl::Status GpuStatus(hipError_t err, absl::string_view what);
 // True when `err` leaves the device unusable (the context is corrupted and
 // every later call on it fails): such a device must stop serving.
 bool IsStickyError(hipError_t err);
+
+// One asynchronous copy.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int64_t bytes;
+};
+
+// Queues `copies` on `stream` in order. With `batched`, as one batch call
+// where the runtime has a dependable one (CUDA 12.8+: cudaMemcpyBatchAsync,
+// which lets the driver pipeline them); HIP's hipMemcpyBatchAsync exists only
+// from HIP 7.1 and mishandles its attributes before 7.13, so HIP (like older
+// CUDA) queues one hipMemcpyAsync per copy. Adds the bytes queued to *bytes.
+hipError_t MemcpyAsyncMany(absl::Span<const AsyncCopy> copies, hipMemcpyKind kind,
+                           hipStream_t stream, bool batched, int64_t* bytes);
 
 // Counted allocations (device memory and page-locked host memory).
 hipError_t DeviceAlloc(void** ptr, int64_t bytes);

@@ -65,4 +65,15 @@ int64_t HostPool::misses() const {
   return misses_;
 }
 
+HostBuffer PooledHostBuffers::Allocate(int64_t bytes) {
+  if (bytes > 0) {
+    if (void* p = pool_->Allocate(bytes)) {
+      return HostBuffer{std::shared_ptr<void>(p, [pool = pool_](void* q) { pool->Free(q); }),
+                        MemoryKind::kHostPinned};
+    }
+    if (on_miss_) on_miss_(bytes);
+  }
+  return heap_.Allocate(bytes);
+}
+
 }  // namespace conv1d::gpu

@@ -19,10 +19,12 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/host_buffers.h"
 
 namespace conv1d::gpu {
 
@@ -74,6 +76,23 @@ class HostPool {
   // Size class of every carved block, by block index (offset / kMinBlockBytes
   // of its first byte); -1 for offsets that start no block.
   std::vector<int8_t> class_of_ ABSL_GUARDED_BY(mu_);
+};
+
+// The backend's HostBufferProvider: blocks of a HostPool (page-locked), heap
+// memory when the pool has no room. Thread-safe; buffers keep the pool alive.
+class PooledHostBuffers final : public HostBufferProvider {
+ public:
+  // `on_miss` (may be null) hears the size of every request the pool could
+  // not serve.
+  PooledHostBuffers(std::shared_ptr<HostPool> pool, std::function<void(int64_t bytes)> on_miss)
+      : pool_(std::move(pool)), on_miss_(std::move(on_miss)) {}
+  HostBuffer Allocate(int64_t bytes) override;
+  bool page_locked() const override { return true; }
+
+ private:
+  const std::shared_ptr<HostPool> pool_;
+  const std::function<void(int64_t)> on_miss_;
+  HeapHostBuffers heap_;
 };
 
 }  // namespace conv1d::gpu

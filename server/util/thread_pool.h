@@ -1,5 +1,6 @@
 // ThreadPool: a fixed set of worker threads, created once, that runs
-// data-parallel loops (ParallelFor) for the CPU backend.
+// data-parallel loops (ParallelFor): the CPU backend's compute and the GPU
+// backend's staging copies.
 //
 // The calling thread takes part in its own loop, so a ParallelFor never waits
 // for an idle worker and nested or concurrent calls cannot deadlock; blocks
@@ -8,8 +9,8 @@
 //
 // Thread-safety: ParallelFor may be called concurrently from any number of
 // threads (e.g. one per scheduler lane). The pool must outlive every call.
-#ifndef CONV1D_SERVER_BACKENDS_CPU_THREAD_POOL_H_
-#define CONV1D_SERVER_BACKENDS_CPU_THREAD_POOL_H_
+#ifndef CONV1D_SERVER_UTIL_THREAD_POOL_H_
+#define CONV1D_SERVER_UTIL_THREAD_POOL_H_
 
 #include <cstdint>
 #include <deque>
@@ -72,4 +73,4 @@ void ParallelFor(ThreadPool* pool, int64_t n, int64_t min_block,
 
 }  // namespace conv1d
 
-#endif  // CONV1D_SERVER_BACKENDS_CPU_THREAD_POOL_H_
+#endif  // CONV1D_SERVER_UTIL_THREAD_POOL_H_
