@@ -98,7 +98,16 @@ absl::StatusOr<std::unique_ptr<Conv1dClient>> Conv1dClient::Create(ClientOptions
   return c;
 }
 
-Conv1dClient::~Conv1dClient() = default;
+Conv1dClient::~Conv1dClient() {
+  absl::MutexLock lock(&async_mu_);
+  async_mu_.Await(absl::Condition(
+      +[](int64_t* calls) { return *calls == 0; }, &async_calls_));
+}
+
+void Conv1dClient::AsyncCallEnded() {
+  absl::MutexLock lock(&async_mu_);
+  --async_calls_;
+}
 
 Conv1dClient::Channel& Conv1dClient::NextChannel() {
   return channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
@@ -124,10 +133,19 @@ class AsyncCall {
   }
 
  private:
+  // Runs `done_` and deletes the call; the client's count of calls in
+  // flight drops only after that, when nothing of the call is left.
+  template <typename Result>
+  void End(Result result) {
+    Conv1dClient* client = client_;
+    done_(std::move(result));
+    delete this;
+    client->AsyncCallEnded();
+  }
+
   void OnDone(grpc::Status s) {
     if (s.ok()) {
-      done_(std::move(resp_));
-      delete this;
+      End(std::move(resp_));
       return;
     }
     absl::Status status = ToAbsl(s);
@@ -145,8 +163,7 @@ class AsyncCall {
         }
       }
     }
-    done_(std::move(status));
-    delete this;
+    End(std::move(status));
   }
 
   Conv1dClient* client_;
@@ -167,6 +184,10 @@ void Conv1dClient::StartAsync(std::shared_ptr<const Req> req, const CallOptions&
   const absl::Duration timeout =
       opts.timeout > absl::ZeroDuration() ? opts.timeout : options_.default_timeout;
   const int attempts = opts.max_attempts > 0 ? opts.max_attempts : options_.retry.max_attempts;
+  {
+    absl::MutexLock lock(&async_mu_);
+    ++async_calls_;
+  }
   auto* call = new AsyncCall<Req, Resp, Invoke>(this, std::move(req), absl::Now() + timeout,
                                                 attempts, std::move(invoke), std::move(done));
   call->Attempt();

@@ -12,7 +12,10 @@
 // Used by the command-line client, the load generator and applications.
 // Thread-safe: one client may be shared by any number of threads. Async
 // callbacks run on gRPC's callback threads and must not block for long.
-// The client must outlive every call it has started.
+// The destructor waits until every async call it started has ended (its
+// callback returned and its gRPC context is gone), so that no gRPC work of
+// the client's calls is still running while its channels are destroyed or
+// the process exits. It must not run on a callback thread.
 #ifndef CONV1D_CLIENT_CONV1D_CLIENT_H_
 #define CONV1D_CLIENT_CONV1D_CLIENT_H_
 
@@ -25,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/call_args.h"
 #include "client/client_security.h"
@@ -167,6 +171,8 @@ class Conv1dClient {
   absl::StatusOr<Resp> CallSync(const Req& req, const CallOptions& opts, Invoke invoke);
 
   Channel& NextChannel();
+  // An async call has ended: its callback returned and it is deleted.
+  void AsyncCallEnded();
 
   ClientOptions options_;
   // "Bearer <token>", or empty: sent as `authorization` with every call.
@@ -174,6 +180,8 @@ class Conv1dClient {
   std::vector<Channel> channels_;
   std::atomic<uint64_t> next_channel_{0};
   std::atomic<int64_t> retried_calls_{0};
+  absl::Mutex async_mu_;
+  int64_t async_calls_ ABSL_GUARDED_BY(async_mu_) = 0;
 
   template <typename Req, typename Resp, typename Invoke>
   friend class AsyncCall;

@@ -30,6 +30,7 @@ if [[ $want_test == 1 ]]; then
     yamllint shellcheck
     openssl               # certificates made by the security tests
     docker-compose        # 1.29: the oldest Compose the docs name parses deploy/compose*.yaml
+    clang-14 libclang-rt-14-dev  # fuzz targets (libFuzzer) and the sanitize preset
   )
   # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
   # (Debian's comes in kubernetes-client).

@@ -146,6 +146,11 @@ ABSL_FLAG(int32_t, max_sessions, 256,
 ABSL_FLAG(int64_t, session_idle_timeout_s, 300,
           "seconds after which a decode session with no operation expires "
           "(sessions of open Decode streams do not); 0 = never");
+ABSL_FLAG(int64_t, max_inflight_bytes, 0,
+          "bytes of calls (received messages and their responses) held at once; "
+          "a call past it is refused RESOURCE_EXHAUSTED before it is parsed; also "
+          "gRPC's memory quota for the transport. 0 = a quarter of physical "
+          "memory (or of the cgroup's limit); else 1048576 .. 2^62");
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM/SIGINT, seconds to finish in-flight requests before "
           "cancelling them and exiting");
@@ -360,6 +365,7 @@ int main(int argc, char** argv) {
   options.session_state_bytes = absl::GetFlag(FLAGS_session_state_bytes);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.session_idle_timeout_s = absl::GetFlag(FLAGS_session_idle_timeout_s);
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
   options.access_log = access_log;
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -398,7 +404,7 @@ int main(int argc, char** argv) {
       "metrics={} ({}) lanes={} threads={} max_batch_bytes={} "
       "max_batch_requests={} max_queue_delay_us={} max_queued_requests={} "
       "completion_threads={} completion_chunk={} host_pool_bytes={} host_tensors={} host_tensor_min_bytes={} "
-      "max_message_bytes={} max_request_bytes={} drain_timeout_s={} "
+      "max_message_bytes={} max_request_bytes={} max_inflight_bytes={} drain_timeout_s={} "
       "drain_grace_ms={} max_connection_age_s={} max_connection_age_grace_s={} "
       "log_level={} log_format={} access_log={} malloc_arena_max={}",
       conv1d::ServerVersion(), s.backend().name(), absl::StrJoin(s.devices(), ", "),
@@ -409,6 +415,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_completion_threads), absl::GetFlag(FLAGS_completion_chunk),
       absl::GetFlag(FLAGS_host_pool_bytes),
       absl::GetFlag(FLAGS_host_tensors), absl::GetFlag(FLAGS_host_tensor_min_bytes), absl::GetFlag(FLAGS_max_message_bytes), absl::GetFlag(FLAGS_max_request_bytes),
+      s.max_inflight_bytes(),
       drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
       absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,
       access_log_path.empty() ? "off" : access_log_path, arenas);

@@ -10,6 +10,7 @@ const char* RejectReasonName(RejectReason r) {
     case RejectReason::kCancelled: return "cancelled";
     case RejectReason::kTooLarge: return "too_large";
     case RejectReason::kDraining: return "draining";
+    case RejectReason::kMemoryFull: return "memory_full";
   }
   return "unknown";
 }

@@ -26,6 +26,7 @@ enum class RejectReason : uint8_t {
   kCancelled = 3,  // client went away while queued
   kTooLarge = 4,   // larger than the backend can ever serve
   kDraining = 5,   // server shutting down
+  kMemoryFull = 6, // max_inflight_bytes reached (admission.h)
 };
 const char* RejectReasonName(RejectReason r);  // "invalid", "queue_full", ...
 

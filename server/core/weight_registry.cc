@@ -56,6 +56,32 @@ int64_t WeightSet::bytes() const {
   return static_cast<int64_t>(weight_bytes.size() + bias_bytes.size());
 }
 
+namespace {
+
+// glibc's malloc adds a 16-byte header to each block and rounds it up to 16.
+constexpr int64_t kPerBlockBytes = 16;
+
+int64_t Block(int64_t bytes) { return (bytes + kPerBlockBytes + 15) / 16 * 16; }
+
+// Heap bytes of a string's buffer; none while it fits inside the object.
+int64_t HeapBytes(const std::string& s) {
+  static const size_t kInline = std::string().capacity();
+  return s.capacity() > kInline ? Block(static_cast<int64_t>(s.capacity()) + 1) : 0;
+}
+
+// std::map's node: three links and a colour, then the key and the value.
+constexpr int64_t kMapNodeBytes = 4 * sizeof(void*) + sizeof(std::string) +
+                                  sizeof(std::shared_ptr<const WeightSet>);
+// make_shared's block: the control block's two counts and vtable, then the set.
+constexpr int64_t kSetBlockBytes = 2 * sizeof(void*) + sizeof(WeightSet);
+
+}  // namespace
+
+int64_t WeightSet::footprint_bytes() const {
+  return Block(kSetBlockBytes) + Block(kMapNodeBytes) + 2 * HeapBytes(name) +
+         HeapBytes(weight_bytes) + HeapBytes(bias_bytes);
+}
+
 WeightRegistry::WeightRegistry(Observer* observer, int64_t max_total_bytes)
     : observer_(observer), max_total_bytes_(max_total_bytes) {}
 
@@ -132,13 +158,13 @@ absl::StatusOr<std::shared_ptr<const WeightSet>> WeightRegistry::Register(
     if (may_replace) {
       if (absl::Status s = may_replace(*it->second); !s.ok()) return s;
     }
-    freed = it->second->bytes();
+    freed = it->second->footprint_bytes();
   }
-  const int64_t new_total = total_bytes_ - freed + set->bytes();
+  const int64_t new_total = total_bytes_ - freed + set->footprint_bytes();
   if (new_total > max_total_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "registering '", set->name, "' (", set->bytes(),
-        " bytes) would bring registered weights to ", new_total,
+        "registering '", set->name, "' (", set->footprint_bytes(),
+        " bytes with its bookkeeping) would bring registered weights to ", new_total,
         " bytes, above the limit of ", max_total_bytes_,
         "; unregister some sets first"));
   }
@@ -165,7 +191,7 @@ absl::Status WeightRegistry::Unregister(absl::string_view name,
   if (may_remove) {
     if (absl::Status s = may_remove(*it->second); !s.ok()) return s;
   }
-  total_bytes_ -= it->second->bytes();
+  total_bytes_ -= it->second->footprint_bytes();
   sets_.erase(it);
   ReportLocked();
   return absl::OkStatus();

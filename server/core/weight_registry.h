@@ -71,14 +71,19 @@ struct WeightSet : std::enable_shared_from_this<WeightSet> {
   // is absent (data == nullptr) when !has_bias.
   TensorView weight() const;
   TensorView bias() const;
-  // Bytes counted against the registry's budget (weight + bias).
+  // Bytes of the weight and bias data (what WeightsInfo reports).
   int64_t bytes() const;
+  // Bytes the set takes in memory, counted against the registry's budget:
+  // the data, the name (twice: the registry's map keys by a copy), the set
+  // itself, its shared_ptr control block and map node, and the allocator's
+  // per-block overhead. A set of a few bytes costs a few hundred.
+  int64_t footprint_bytes() const;
 };
 
 class WeightRegistry {
  public:
   // `observer` may be null and is not owned. `max_total_bytes` bounds the sum
-  // of WeightSet::bytes() over all registered sets.
+  // of WeightSet::footprint_bytes() over all registered sets.
   explicit WeightRegistry(Observer* observer = nullptr,
                           int64_t max_total_bytes = int64_t{16} << 30);
 
@@ -109,6 +114,7 @@ class WeightRegistry {
   // Every registered set, sorted by name.
   std::vector<std::shared_ptr<const WeightSet>> List() const;
 
+  // The sum of footprint_bytes() over registered sets.
   int64_t total_bytes() const;
   int64_t max_total_bytes() const { return max_total_bytes_; }
 

@@ -1,5 +1,7 @@
 #include "server/frontend/conv1d_service.h"
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -46,6 +48,29 @@ struct ComputeCall {
   // Regions in use (shm_registry.h): released before the client is answered.
   std::vector<std::shared_ptr<void>> leases;
 };
+
+// Makes the last slice of `buffer` hold `hold` until gRPC lets go of it,
+// i.e. until the answer has been sent. An empty buffer holds nothing.
+void HoldUntilSent(grpc::ByteBuffer* buffer, std::shared_ptr<void> hold) {
+  std::vector<grpc::Slice> slices;
+  if (buffer->Length() == 0 || !buffer->Dump(&slices).ok() || slices.empty()) return;
+  struct Keep {
+    grpc::Slice slice;
+    std::shared_ptr<void> hold;
+  };
+  auto* keep = new Keep{slices.back(), std::move(hold)};
+  slices.back() = grpc::Slice(const_cast<uint8_t*>(keep->slice.begin()),
+                              keep->slice.size(),
+                              [](void* k) { delete static_cast<Keep*>(k); }, keep);
+  *buffer = grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The received message is parsed: give its bytes back now rather than when
+// the call ends. The buffer belongs to the call and is read by no one after
+// the handler.
+void ReleaseRequestBytes(const grpc::ByteBuffer* request) {
+  const_cast<grpc::ByteBuffer*>(request)->Clear();
+}
 
 }  // namespace
 
@@ -94,6 +119,12 @@ Conv1dService::CallInfo Conv1dService::Begin(const char* method,
     // Without authentication every caller may do everything.
     call.principal.role = AuthRole::kAdmin;
   }
+  if (options_.admission != nullptr) {
+    call.inflight = options_.admission->TryReserve(call.bytes_received);
+    if (call.inflight == nullptr) {
+      call.admitted = options_.admission->RefusedError("request", call.bytes_received);
+    }
+  }
   return call;
 }
 
@@ -118,6 +149,7 @@ void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
         status = absl::InternalError(absl::StrCat("response: ", s.error_message()));
       }
     }
+    if (status.ok() && call.inflight != nullptr) HoldUntilSent(response, call.inflight);
   }
   const absl::Duration latency = absl::Now() - call.start;
   observer_->OnRequestDone(call.method, status.code(), latency, call.bytes_received,
@@ -159,11 +191,17 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     return reactor;
   };
 
+  if (!info.admitted.ok()) {
+    ReleaseRequestBytes(request);
+    return fail(RejectReason::kMemoryFull, info.admitted);
+  }
+
   const HostAllocator allocate = [buffers = backend_.host_buffers.get()](int64_t bytes) {
     return buffers->Allocate(bytes);
   };
   absl::Status status = ParseWithDetachedData(*request, &call->request, host_min_bytes_,
                                               allocate, &call->request_data);
+  ReleaseRequestBytes(request);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
   if constexpr (std::is_same_v<Request, v1::UpdateRequest>) {
@@ -195,6 +233,16 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     call->leases.clear();
     Finish(reactor, context, info, nullptr, response, status);
     return reactor;
+  }
+  // The response's bytes join the call's bytes in flight before they exist
+  // (inputs are in the request, counted already; registered weights make
+  // this an overestimate).
+  if (info.inflight != nullptr) {
+    const int64_t response_bytes = std::max<int64_t>(valid.total_bytes - info.bytes_received, 0);
+    if (!info.inflight->Grow(response_bytes)) {
+      return fail(RejectReason::kMemoryFull,
+                  options_.admission->RefusedError("response", response_bytes));
+    }
   }
 
   // The only request-sized allocation: the response's output bytes, within
@@ -238,7 +286,14 @@ grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Request req;
   Response resp;
+  if (status.ok() && !info.admitted.ok()) {
+    ReleaseRequestBytes(request);
+    observer_->OnRejected(RejectReason::kMemoryFull);
+    Finish(reactor, context, info, nullptr, response, info.admitted);
+    return reactor;
+  }
   if (status.ok()) status = ParseMessage(*request, &req);
+  ReleaseRequestBytes(request);
   if (status.ok()) {
     info.request = &req;
     status = handle(req, &resp, &info);

@@ -26,6 +26,12 @@
 // weight changes its role does not allow, are PERMISSION_DENIED. Weight
 // changes (register, replace, unregister; allowed or not) carry the
 // principal, the action and the set's name into their access log line.
+// With a ByteAdmission (ServiceOptions::admission), every call reserves its
+// received bytes before anything is parsed, and compute calls add their
+// response's bytes before it is allocated; a refusal is RESOURCE_EXHAUSTED
+// (OnRejected(kMemoryFull)). The reservation ends when the answer has been
+// sent (it rides on the response's last slice). The received ByteBuffer is
+// released as soon as it is parsed, so a call holds its bytes once, not twice.
 //
 // Every call gets a request id (request_log.h), returned as the trailer
 // `x-request-id` and named in the call's debug line and access log line.
@@ -60,6 +66,7 @@
 #include "absl/time/time.h"
 #include "conv1d/v1/conv1d.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/core/admission.h"
 #include "server/core/backend.h"
 #include "server/core/observer.h"
 #include "server/core/shm_registry.h"
@@ -87,6 +94,8 @@ struct ServiceOptions {
   // protobuf strings (wire_tensors.h) when host_tensors says so; -1: never.
   int64_t host_tensor_min_bytes = int64_t{4} << 10;
   HostTensors host_tensors = HostTensors::kAuto;
+  // Admission by bytes in flight; null admits every call.
+  std::shared_ptr<ByteAdmission> admission;
 };
 
 // The session methods of conv1d.v1.Conv1d as raw callback methods.
@@ -195,6 +204,10 @@ class Conv1dService final : public RawConv1dService {
     // Weight changes: "register", "replace" or "unregister", and the set.
     const char* audit_action = "";
     std::string audit_weights;
+    // The call's bytes in flight (null without admission), and whether they
+    // were admitted (RESOURCE_EXHAUSTED when not).
+    std::shared_ptr<ByteAdmission::Reservation> inflight;
+    absl::Status admitted;
   };
 
   // Starts a call: its start time, observer report and request id; with

@@ -7,6 +7,7 @@
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/core/clock.h"
 #include "server/frontend/conv1d_service.h"
 #include "server/frontend/listen_address.h"
@@ -53,6 +54,12 @@ absl::Status CheckOptions(const ServerOptions& o) {
   if (o.max_weight_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_weight_bytes: ", o.max_weight_bytes, " must be >= 1"));
+  }
+  if (o.max_inflight_bytes != 0 && (o.max_inflight_bytes < kMinInflightBytes ||
+                                    o.max_inflight_bytes > kMaxInflightBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_inflight_bytes: ", o.max_inflight_bytes, " is neither 0 nor within ",
+        kMinInflightBytes, "..", kMaxInflightBytes));
   }
   if (o.host_tensor_min_bytes < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -168,7 +175,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (!scheduler.ok()) return scheduler.status();
   server->scheduler_ = std::move(*scheduler);
 
+  AdmissionOptions admission_options;
+  admission_options.max_inflight_bytes = options.max_inflight_bytes;
+  absl::StatusOr<std::unique_ptr<ByteAdmission>> admission =
+      ByteAdmission::Create(admission_options);
+  if (!admission.ok()) return admission.status();
+  server->admission_ = std::move(*admission);
+
   ServiceOptions service_options;
+  service_options.admission = server->admission_;
   service_options.version = ServerVersion();
   service_options.access_log = options.access_log;
   service_options.auth = options.auth;
@@ -223,6 +238,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // Under pressure the transport shrinks its flow-control windows and, past
+  // the quota, cancels streams (RESOURCE_EXHAUSTED) instead of buffering more.
+  grpc::ResourceQuota quota("conv1d_server");
+  quota.Resize(static_cast<size_t>(server->admission_->max_inflight_bytes()));
+  builder.SetResourceQuota(quota);
   if (options.max_connection_age_ms > 0) {
     // gRPC's own default (no argument) is an unlimited age and grace.
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,

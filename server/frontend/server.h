@@ -29,6 +29,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "server/core/admission.h"
 #include "server/core/backend.h"
 #include "server/core/observer.h"
 #include "server/core/clock.h"
@@ -83,12 +84,19 @@ struct ServerOptions {
   // Bytes one compute request may move (inputs plus outputs); 0 means
   // max_message_bytes. >= 0.
   int64_t max_request_bytes = 0;
-  // Sum of registered weight bytes.
+  // Sum of registered weight bytes, each set counted with its bookkeeping
+  // (WeightSet::footprint_bytes).
   int64_t max_weight_bytes = int64_t{16} << 30;
   // Registered system shared-memory regions (shm_registry.h).
   SharedMemoryRegistryOptions shared_memory;
   // Inference protocol: every model input is required (OipServiceOptions).
   bool oip_require_all_inputs = false;
+  // Bytes of calls (received messages and their responses) held at once;
+  // beyond it calls are refused RESOURCE_EXHAUSTED before they are parsed
+  // (server/core/admission.h). Also the size of gRPC's resource quota, which
+  // bounds the transport's receive buffers. 0 = a quarter of physical memory
+  // (or of the cgroup's limit); else 1 MiB .. 2^62.
+  int64_t max_inflight_bytes = 0;
   // Compute-request tensors (and outputs) of at least this many bytes live in
   // the backend's host buffers instead of protobuf strings, for backends
   // whose buffers are page-locked (kAuto), any backend (kAlways) or none
@@ -155,6 +163,9 @@ class Server {
   SharedMemoryRegistry* shared_memory() { return shm_registry_.get(); }
   // Null when the backend serves no sessions.
   SessionManager* sessions() { return session_manager_.get(); }
+  // The admission bound in effect, and the bytes held now.
+  int64_t max_inflight_bytes() const { return admission_->max_inflight_bytes(); }
+  int64_t inflight_bytes() const { return admission_->inflight_bytes(); }
   SchedulerStats scheduler_stats() const { return scheduler_->stats(); }
   int64_t queued_requests() const { return scheduler_->queued_requests(); }
   // False once Shutdown has begun.
@@ -182,6 +193,9 @@ class Server {
   // Session steps in the scheduler use both: they outlive it.
   std::unique_ptr<StateSlots> state_slots_;
   std::unique_ptr<SessionManager> session_manager_;
+  // Shared with the service; outlives every call's reservation, which the
+  // scheduler's tasks and gRPC's send buffers may hold.
+  std::shared_ptr<ByteAdmission> admission_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<RequestSubmitter> submitter_;
   std::unique_ptr<Conv1dService> service_;

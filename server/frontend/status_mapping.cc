@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace conv1d {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -13,7 +15,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (raw > 0 && raw <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED)) {
     code = static_cast<grpc::StatusCode>(raw);
   }
-  return grpc::Status(code, std::string(status.message()));
+  // gRPC sends the message as a trailer; a long one would exceed the
+  // client's metadata limit and turn the answer into RESOURCE_EXHAUSTED.
+  absl::string_view message = status.message();
+  if (message.size() > kMaxStatusMessageBytes) {
+    return grpc::Status(code, absl::StrCat(message.substr(0, kMaxStatusMessageBytes),
+                                           "... (", message.size(), " bytes)"));
+  }
+  return grpc::Status(code, std::string(message));
 }
 
 absl::StatusCode FromGrpcCode(grpc::StatusCode code) {

@@ -14,6 +14,7 @@
 #ifndef CONV1D_SERVER_FRONTEND_STATUS_MAPPING_H_
 #define CONV1D_SERVER_FRONTEND_STATUS_MAPPING_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -29,7 +30,11 @@ inline constexpr char kRetryPushbackKey[] = "grpc-retry-pushback-ms";
 // (draining) answers.
 inline constexpr int64_t kRetryPushbackMs = 50;
 
-// Same code and message; codes outside the known range become UNKNOWN.
+// Longest status message sent; longer ones are cut and say their length.
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+
+// Same code and message (at most kMaxStatusMessageBytes of it); codes outside
+// the known range become UNKNOWN.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // The reverse, for tests and clients that compare codes.

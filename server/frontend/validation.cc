@@ -15,7 +15,10 @@ using ::absl::StrCat;
 
 template <typename Dims>
 std::string ShapeString(const Dims& dims) {
-  return StrCat("[", absl::StrJoin(dims, ","), "]");
+  // Bounded whatever the request sent: at most 8 dims shown, then a count.
+  if (dims.size() <= 8) return StrCat("[", absl::StrJoin(dims, ","), "]");
+  return StrCat("[", absl::StrJoin(dims.begin(), dims.begin() + 8, ","), ",... (",
+                dims.size(), " dims)]");
 }
 
 const char* WireDTypeName(int wire) {

@@ -10,6 +10,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "server/frontend/wire_limits.h"
 
 namespace conv1d {
 namespace {
@@ -44,9 +45,8 @@ void AppendVarint(std::string* s, uint64_t v) {
   s->push_back(static_cast<char>(v));
 }
 
-}  // namespace
-
-absl::Status ParseMessage(const grpc::ByteBuffer& bytes, Message* message) {
+// Protobuf's parser without the rank check.
+absl::Status ParseOrdinary(const grpc::ByteBuffer& bytes, Message* message) {
   message->Clear();
   // The reader only reads the buffer, which gRPC owns.
   grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
@@ -56,6 +56,100 @@ absl::Status ParseMessage(const grpc::ByteBuffer& bytes, Message* message) {
                      message->GetDescriptor()->full_name()));
   }
   return absl::OkStatus();
+}
+
+// The split parser reads tags and lengths by protobuf's own rules (those of
+// its parser, not of the more lenient CodedInputStream::ReadTag) and copies
+// every byte it does not move into the shell exactly as it was sent, so that
+// the shell parses if and only if the original does. Anything else unusual
+// makes it give up, and the message is parsed the ordinary way.
+
+// Protobuf's parser reads a tag of at most 5 bytes.
+constexpr int kMaxTagBytes = 5;
+// ... and a length of at most 5 bytes, the fifth below 8, at most
+// INT32_MAX - 16 (its parser's slop bytes).
+constexpr int kMaxLengthBytes = 5;
+constexpr uint64_t kMaxLength = 0x7fffffff - 16;
+constexpr int kMaxVarintBytes = 10;
+
+// Reads a varint of at most `max_bytes` bytes, appending its bytes as sent
+// to `raw` (may be null). False when it is longer or the input ends.
+bool ReadVarintRaw(CodedInputStream* in, int max_bytes, uint64_t* value,
+                   std::string* raw) {
+  uint64_t v = 0;
+  for (int i = 0; i < max_bytes; ++i) {
+    uint8_t b = 0;
+    if (!in->ReadRaw(&b, 1)) return false;
+    if (raw != nullptr) raw->push_back(static_cast<char>(b));
+    v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+    if (b < 0x80) {
+      *value = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A tag as protobuf's parser reads it (value modulo 2^32); 0 is refused.
+bool ReadTagRaw(CodedInputStream* in, uint32_t* tag, std::string* raw) {
+  uint64_t v = 0;
+  if (!ReadVarintRaw(in, kMaxTagBytes, &v, raw)) return false;
+  *tag = static_cast<uint32_t>(v);
+  return *tag != 0;
+}
+
+// A length as protobuf's parser reads it, within the current limit.
+bool ReadLengthRaw(CodedInputStream* in, uint32_t* length, std::string* raw) {
+  const size_t at = raw != nullptr ? raw->size() : 0;
+  std::string own;
+  std::string* bytes = raw != nullptr ? raw : &own;
+  uint64_t v = 0;
+  if (!ReadVarintRaw(in, kMaxLengthBytes, &v, bytes)) return false;
+  if (bytes->size() - at == kMaxLengthBytes &&
+      static_cast<uint8_t>(bytes->back()) >= 8) {
+    return false;
+  }
+  if (v > kMaxLength || static_cast<int64_t>(v) > in->BytesUntilLimit()) return false;
+  *length = static_cast<uint32_t>(v);
+  return true;
+}
+
+// Copies the value of a field of wire type `type` into `shell` as sent.
+// Groups (deprecated, never sent by this API's clients) give up.
+bool CopyValue(CodedInputStream* in, uint32_t type, std::string* shell) {
+  switch (type) {
+    case WireFormatLite::WIRETYPE_VARINT: {
+      uint64_t v = 0;
+      return ReadVarintRaw(in, kMaxVarintBytes, &v, shell);
+    }
+    case WireFormatLite::WIRETYPE_FIXED64:
+    case WireFormatLite::WIRETYPE_FIXED32: {
+      const int n = type == WireFormatLite::WIRETYPE_FIXED64 ? 8 : 4;
+      char b[8];
+      if (!in->ReadRaw(b, n)) return false;
+      shell->append(b, n);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      uint32_t n = 0;
+      if (!ReadLengthRaw(in, &n, shell)) return false;
+      const size_t at = shell->size();
+      shell->resize(at + n);
+      return in->ReadRaw(shell->data() + at, static_cast<int>(n));
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::Status ParseMessage(const grpc::ByteBuffer& bytes, Message* message) {
+  if (absl::Status s = CheckWireRanks(bytes, message->GetDescriptor()); !s.ok()) {
+    message->Clear();
+    return s;
+  }
+  return ParseOrdinary(bytes, message);
 }
 
 namespace {
@@ -72,28 +166,27 @@ struct Moved {
 // when large enough. False for anything unusual.
 bool SplitTensor(CodedInputStream* in, int64_t min_bytes, const HostAllocator& allocate,
                  std::string* shell, Moved* moved) {
-  StringOutputStream stream(shell);
-  CodedOutputStream out(&stream);
   bool data_seen = false;
-  while (true) {
-    const uint32_t tag = in->ReadTag();
-    if (tag == 0) break;
+  std::string head;
+  while (in->BytesUntilLimit() > 0) {
+    head.clear();
+    uint32_t tag = 0;
+    if (!ReadTagRaw(in, &tag, &head)) return false;
     if (tag != kDataTag) {
-      if (!WireFormatLite::SkipField(in, tag, &out)) return false;
+      shell->append(head);
+      if (!CopyValue(in, WireFormatLite::GetTagWireType(tag), shell)) return false;
       continue;
     }
     if (data_seen) return false;  // repeated data: the last one wins; leave it to protobuf
     data_seen = true;
     uint32_t n = 0;
-    if (!in->ReadVarint32(&n)) return false;
     // A declared length past the bytes actually received allocates nothing.
-    if (static_cast<int64_t>(n) > in->BytesUntilLimit()) return false;
+    if (!ReadLengthRaw(in, &n, &head)) return false;
     if (n == 0 || static_cast<int64_t>(n) < min_bytes) {
-      std::string data;
-      if (!in->ReadString(&data, static_cast<int>(n))) return false;
-      out.WriteTag(tag);
-      out.WriteVarint32(n);
-      out.WriteString(data);
+      shell->append(head);
+      const size_t at = shell->size();
+      shell->resize(at + n);
+      if (!in->ReadRaw(shell->data() + at, static_cast<int>(n))) return false;
       continue;
     }
     HostBuffer buffer = allocate(n);
@@ -101,8 +194,7 @@ bool SplitTensor(CodedInputStream* in, int64_t min_bytes, const HostAllocator& a
     moved->buffer = std::move(buffer);
     moved->bytes = n;
   }
-  // The end of input also ends the loop: the tensor must fill its length.
-  return in->ConsumedEntireMessage() && in->BytesUntilLimit() == 0 && !out.HadError();
+  return in->BytesUntilLimit() == 0;
 }
 
 // Copies the message into `shell`, each top-level Tensor's large data moved
@@ -111,44 +203,44 @@ bool SplitTensor(CodedInputStream* in, int64_t min_bytes, const HostAllocator& a
 bool Split(const grpc::ByteBuffer& bytes, const Descriptor* descriptor,
            int64_t min_bytes, const HostAllocator& allocate, std::string* shell,
            std::vector<Moved>* moved) {
+  if (bytes.Length() > static_cast<size_t>(INT32_MAX)) return false;
   grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
   if (!reader.status().ok()) return false;
   CodedInputStream in(&reader);
-  StringOutputStream stream(shell);
-  CodedOutputStream out(&stream);
+  in.PushLimit(static_cast<int>(bytes.Length()));
   std::vector<int> seen;
-  while (true) {
-    const uint32_t tag = in.ReadTag();
-    if (tag == 0) break;
+  std::string head;
+  while (in.BytesUntilLimit() > 0) {
+    head.clear();
+    uint32_t tag = 0;
+    if (!ReadTagRaw(&in, &tag, &head)) return false;
     const FieldDescriptor* f =
         descriptor->FindFieldByNumber(WireFormatLite::GetTagFieldNumber(tag));
     if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
         !IsTensorField(f)) {
-      if (!WireFormatLite::SkipField(&in, tag, &out)) return false;
+      shell->append(head);
+      if (!CopyValue(&in, WireFormatLite::GetTagWireType(tag), shell)) return false;
       continue;
     }
     // A message field sent twice is merged by protobuf: leave that to it.
     if (std::find(seen.begin(), seen.end(), f->number()) != seen.end()) return false;
     seen.push_back(f->number());
     uint32_t length = 0;
-    if (!in.ReadVarint32(&length)) return false;
-    // Longer than what was received: this also bounds SplitTensor's limit.
-    const int64_t received_left = static_cast<int64_t>(bytes.Length()) - in.CurrentPosition();
-    if (static_cast<int64_t>(length) > received_left) return false;
+    if (!ReadLengthRaw(&in, &length, nullptr)) return false;
     const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(length));
     std::string tensor;
     Moved m;
     if (!SplitTensor(&in, min_bytes, allocate, &tensor, &m)) return false;
     in.PopLimit(limit);
-    out.WriteTag(tag);
-    out.WriteVarint32(static_cast<uint32_t>(tensor.size()));
-    out.WriteString(tensor);
+    shell->append(head);
+    AppendVarint(shell, tensor.size());
+    shell->append(tensor);
     if (m.buffer.data != nullptr) {
       m.field = f;
       moved->push_back(std::move(m));
     }
   }
-  return in.ConsumedEntireMessage() && !out.HadError();
+  return in.BytesUntilLimit() == 0;
 }
 
 }  // namespace
@@ -172,17 +264,21 @@ const DetachedTensors::Entry* DetachedTensors::Find(const v1::Tensor* tensor) co
 absl::Status ParseWithDetachedData(const grpc::ByteBuffer& bytes, Message* message,
                                    int64_t min_bytes, const HostAllocator& allocate,
                                    DetachedTensors* detached) {
-  if (min_bytes < 0) return ParseMessage(bytes, message);
+  if (absl::Status s = CheckWireRanks(bytes, message->GetDescriptor()); !s.ok()) {
+    message->Clear();
+    return s;
+  }
+  if (min_bytes < 0) return ParseOrdinary(bytes, message);
   std::string shell;
   std::vector<Moved> moved;
   if (!Split(bytes, message->GetDescriptor(), min_bytes, allocate, &shell, &moved) ||
       !message->ParseFromString(shell)) {
-    return ParseMessage(bytes, message);
+    return ParseOrdinary(bytes, message);
   }
   const Reflection* r = message->GetReflection();
   for (const Moved& m : moved) {
     // A later member of the same oneof may have replaced the tensor.
-    if (!r->HasField(*message, m.field)) return ParseMessage(bytes, message);
+    if (!r->HasField(*message, m.field)) return ParseOrdinary(bytes, message);
   }
   for (Moved& m : moved) {
     detached->Add(AsTensor(r->GetMessage(*message, m.field)), std::move(m.buffer),

@@ -70,6 +70,10 @@ class DetachedTensors {
   std::vector<Entry> entries_;  // a handful at most: linear search
 };
 
+// Both parsers first refuse a message with a Tensor of more than
+// kMaxWireRank dims from its raw bytes (wire_limits.h: INVALID_ARGUMENT
+// naming the shape), so no shape is expanded into int64s beyond that.
+
 // Parses `bytes` into `message` the ordinary way; INVALID_ARGUMENT naming
 // the message type when they do not parse.
 absl::Status ParseMessage(const grpc::ByteBuffer& bytes,
@@ -79,9 +83,12 @@ absl::Status ParseMessage(const grpc::ByteBuffer& bytes,
 // has at least `min_bytes` bytes (min_bytes >= 0) get it in memory from
 // `allocate`, recorded in `detached`; min_bytes < 0 detaches nothing.
 // Unusual encodings (a Tensor field or its data repeated, which protobuf
-// merges) are parsed the ordinary way, so the result always equals what
-// ParseFromZeroCopyStream gives, with data moved. INVALID_ARGUMENT when the
-// bytes do not parse.
+// merges; groups) are parsed the ordinary way, so the result always equals
+// what ParseFromZeroCopyStream gives, with data moved: tags and lengths are
+// read by the rules of protobuf's parser (at most 5 bytes; not those of the
+// more lenient CodedInputStream::ReadTag), and everything kept in the
+// message is passed to protobuf exactly as received, so the same bytes are
+// refused. INVALID_ARGUMENT when the bytes do not parse.
 absl::Status ParseWithDetachedData(const grpc::ByteBuffer& bytes,
                                    google::protobuf::Message* message,
                                    int64_t min_bytes, const HostAllocator& allocate,

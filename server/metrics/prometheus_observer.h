@@ -206,7 +206,7 @@ class PrometheusObserver final : public Observer {
       ABSL_GUARDED_BY(storage_mu_);
   absl::Mutex storage_mu_;
 
-  std::array<prometheus::Counter*, 6> rejections_{};  // by RejectReason
+  std::array<prometheus::Counter*, 7> rejections_{};  // by RejectReason
   LazySlots<prometheus::Counter, kFastLanes> lanes_;
   LabelMap<prometheus::Counter> extra_lanes_;
   LazySlots<prometheus::Gauge, kNumPools * kFastDevices> pools_;

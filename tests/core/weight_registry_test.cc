@@ -3,7 +3,10 @@
 // concurrent register/lookup stress.
 #include "server/core/weight_registry.h"
 
+#include <malloc.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -41,7 +44,8 @@ TEST(WeightRegistryTest, RegisterLookupListAndViews) {
   EXPECT_EQ(s.width, 4);
   EXPECT_TRUE(s.has_bias);
   EXPECT_EQ(s.bytes(), 16 * 4 * 2 + 16 * 2);
-  EXPECT_EQ(reg.total_bytes(), s.bytes());
+  EXPECT_GT(s.footprint_bytes(), s.bytes() + static_cast<int64_t>(sizeof(WeightSet)));
+  EXPECT_EQ(reg.total_bytes(), s.footprint_bytes());
 
   const TensorView wv = s.weight();
   EXPECT_EQ(wv.dtype, DType::kBF16);
@@ -74,7 +78,8 @@ TEST(WeightRegistryTest, RegisterLookupListAndViews) {
   EXPECT_EQ(list[0]->name, "a");
   EXPECT_EQ(list[1]->name, "mamba/layer.0_conv-1");
   EXPECT_EQ(observer.weights().back(),
-            (std::pair<int64_t, int64_t>{2, s.bytes() + 24}));
+            (std::pair<int64_t, int64_t>{2, s.footprint_bytes() +
+                                                (*nobias)->footprint_bytes()}));
 }
 
 TEST(WeightRegistryTest, ReplaceAndUnregister) {
@@ -93,7 +98,9 @@ TEST(WeightRegistryTest, ReplaceAndUnregister) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_NE((*second)->id, (*first)->id);
   EXPECT_EQ(reg.Lookup("m").value().get(), second->get());
-  EXPECT_EQ(reg.total_bytes(), 48);
+  const int64_t first_bytes = (*first)->footprint_bytes();
+  const int64_t second_bytes = (*second)->footprint_bytes();
+  EXPECT_EQ(reg.total_bytes(), second_bytes);
   EXPECT_EQ(reg.List().size(), 1u);
 
   EXPECT_TRUE(reg.Unregister("m").ok());
@@ -106,7 +113,7 @@ TEST(WeightRegistryTest, ReplaceAndUnregister) {
   EXPECT_NE(again.message().find("'m'"), absl::string_view::npos);
   const auto events = observer.weights();
   EXPECT_EQ(events, (std::vector<std::pair<int64_t, int64_t>>{
-                        {1, 48}, {1, 48}, {0, 0}}));
+                        {1, first_bytes}, {1, second_bytes}, {0, 0}}));
 }
 
 TEST(WeightRegistryTest, SetHeldAcrossUnregisterStaysValid) {
@@ -171,20 +178,60 @@ TEST(WeightRegistryTest, ErrorsNameTheField) {
 }
 
 TEST(WeightRegistryTest, TotalBytesLimit) {
-  WeightRegistry reg(nullptr, /*max_total_bytes=*/100);
+  // The limit leaves room for "a" and less than a second set's bookkeeping.
+  WeightRegistry probe;
+  const int64_t a_bytes = probe.Register("a", DType::kF32, 5, 4, RandomBytes(80, 1),
+                                         absl::nullopt, false)
+                              .value()
+                              ->footprint_bytes();
+  const int64_t limit = a_bytes + 100;
+  WeightRegistry reg(nullptr, limit);
   ASSERT_TRUE(reg.Register("a", DType::kF32, 5, 4, RandomBytes(80, 1),
                            absl::nullopt, false)
                   .ok());
+  // 24 bytes of data fit in the 100 left; the set's bookkeeping does not.
   auto over = reg.Register("b", DType::kF32, 6, 1, RandomBytes(24, 2),
                            absl::nullopt, false);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(over.status().message().find("100"), absl::string_view::npos);
+  EXPECT_NE(over.status().message().find(std::to_string(limit)),
+            absl::string_view::npos);
   EXPECT_FALSE(reg.Lookup("b").ok());
   // Replacing frees the old set's bytes first.
-  EXPECT_TRUE(reg.Register("a", DType::kF32, 5, 5, RandomBytes(100, 3),
-                           absl::nullopt, true)
-                  .ok());
-  EXPECT_EQ(reg.total_bytes(), 100);
+  auto replaced = reg.Register("a", DType::kF32, 5, 5, RandomBytes(100, 3),
+                               absl::nullopt, true);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(reg.total_bytes(), (*replaced)->footprint_bytes());
+}
+
+// The budget counts what sets really take: many tiny sets (2 bytes of data
+// each, about 600 in memory) against the heap growth malloc itself reports.
+TEST(WeightRegistryTest, FootprintMatchesTheHeapItTakes) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan's allocator does not report mallinfo2";
+#elif defined(__GLIBC__)
+  constexpr int kSets = 20000;
+  WeightRegistry reg;
+  const std::string w = RandomBytes(2, 1);  // D=1, W=1, fp16
+  std::vector<std::string> names;
+  for (int i = 0; i < kSets; ++i) {
+    names.push_back(i % 2 == 0 ? "s" + std::to_string(i)
+                               : "a/longer/name/of/layer/" + std::to_string(i));
+  }
+  const size_t before = mallinfo2().uordblks;
+  for (int i = 0; i < kSets; ++i) {
+    ASSERT_TRUE(reg.Register(names[i], DType::kF16, 1, 1, w, absl::nullopt, false).ok());
+  }
+  const double heap = static_cast<double>(mallinfo2().uordblks - before);
+  const double counted = static_cast<double>(reg.total_bytes());
+  const double data = 2.0 * kSets;
+  std::printf("%d sets: heap %.0f bytes, counted %.0f, data %.0f\n", kSets, heap,
+              counted, data);
+  EXPECT_GT(heap, 100 * data);  // the overhead is real ...
+  EXPECT_GT(counted, 0.9 * heap);  // ... and counted
+  EXPECT_LT(counted, 1.25 * heap);
+#else
+  GTEST_SKIP() << "needs glibc's mallinfo2";
+#endif
 }
 
 TEST(WeightRegistryTest, ConcurrentRegisterLookupUnregister) {
@@ -231,7 +278,7 @@ TEST(WeightRegistryTest, ConcurrentRegisterLookupUnregister) {
   stop = true;
   for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
   int64_t sum = 0;
-  for (const auto& s : reg.List()) sum += s->bytes();
+  for (const auto& s : reg.List()) sum += s->footprint_bytes();
   EXPECT_EQ(reg.total_bytes(), sum);
 }
 

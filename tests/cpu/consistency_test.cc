@@ -72,6 +72,7 @@ std::vector<uint8_t> SliceTime(const std::vector<uint8_t>& v, const BatchKey& ke
                                int64_t seqlen, int64_t t0, int64_t t1) {
   const int64_t es = DTypeSize(key.x_dtype), D = key.dim, n = t1 - t0;
   std::vector<uint8_t> out(batch * D * n * es);
+  if (out.empty()) return out;
   for (int64_t b = 0; b < batch; ++b) {
     if (key.layout == Layout::kChannelLast) {
       std::memcpy(&out[b * n * D * es], &v[(b * seqlen + t0) * D * es], n * D * es);
@@ -87,6 +88,7 @@ std::vector<uint8_t> SliceTime(const std::vector<uint8_t>& v, const BatchKey& ke
 void PutTime(std::vector<uint8_t>* v, const std::vector<uint8_t>& part, const BatchKey& key,
              int64_t batch, int64_t seqlen, int64_t t0, int64_t t1) {
   const int64_t es = DTypeSize(key.x_dtype), D = key.dim, n = t1 - t0;
+  if (n == 0) return;
   for (int64_t b = 0; b < batch; ++b) {
     if (key.layout == Layout::kChannelLast) {
       std::memcpy(&(*v)[(b * seqlen + t0) * D * es], &part[b * n * D * es], n * D * es);
@@ -203,7 +205,7 @@ TEST_P(Chunking, UpdatesEqualForward) {
   // Forward's initial_states = the state's last W-1 columns.
   const int64_t es = DTypeSize(xt), halo = width - 1, D = fwd_key.dim;
   fwd.initial_states.assign(B * D * halo * es, 0);
-  for (int64_t r = 0; r < B * D; ++r) {
+  for (int64_t r = 0; halo > 0 && r < B * D; ++r) {
     std::memcpy(&fwd.initial_states[r * halo * es], &state.conv_state[(r * K + K - halo) * es],
                 halo * es);
   }

@@ -474,6 +474,89 @@ TEST(WireTensorsParseDeathTest, ServerSurvivesADeclaredDataLengthOf2To31) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// `v` as exactly `n` varint bytes (n at least its shortest encoding): the
+// longer encodings pad with continuation bytes.
+std::string PaddedVarint(uint64_t v, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t part = 7 * i < 64 ? (v >> (7 * i)) & 0x7f : 0;
+    s.push_back(static_cast<char>(part | (i + 1 < n ? 0x80 : 0)));
+  }
+  return s;
+}
+
+// A forward request whose x has its top-level tag, its length, its data tag
+// and its data length encoded in the given numbers of bytes, then inline
+// weights sent the ordinary way.
+std::string ForwardWithPaddedX(int x_tag_bytes, int x_length_bytes, int data_tag_bytes,
+                               int data_length_bytes, const std::string& data) {
+  std::string shape = Varint(1) + Varint(8) + Varint(data.size() / 32);
+  std::string x = "\x08\x01" + Delimited(2, shape) + PaddedVarint(0x1a, data_tag_bytes) +
+                  PaddedVarint(data.size(), data_length_bytes) + data;
+  v1::ForwardRequest rest;
+  *rest.mutable_inline_weights()->mutable_weight() =
+      WireTensor(v1::FP32, {8, 4}, std::string(128, '\x02'));
+  return PaddedVarint(0x0a, x_tag_bytes) + PaddedVarint(x.size(), x_length_bytes) + x +
+         rest.SerializeAsString();
+}
+
+// What ParseWithDetachedData made, with the detached data put back.
+const v1::ForwardRequest& Reattached(v1::ForwardRequest* m, const DetachedTensors& detached) {
+  if (const DetachedTensors::Entry* e = detached.Find(&m->x()); e != nullptr) {
+    m->mutable_x()->set_data(EntryBytes(*e));
+  }
+  return *m;
+}
+
+// Protobuf's parser takes tags and lengths of at most 5 bytes (a length's
+// fifth below 8); CodedInputStream::ReadTag takes up to 10. The split parser
+// must side with the parser: same verdict, same fields, for every encoding.
+TEST(WireTensorsParse, OverLongVarintsAreRefusedExactlyWhenProtobufRefusesThem) {
+  Rng rng(17);
+  const std::string data = RandomBytes(8192, &rng);
+  struct Variant {
+    const char* what;
+    int x_tag, x_length, data_tag, data_length;
+  };
+  std::vector<Variant> variants;
+  for (int n = 1; n <= 11; ++n) {
+    variants.push_back({"x tag", n, 2, 1, 2});
+    variants.push_back({"x length", 1, std::max(n, 2), 1, 2});
+    variants.push_back({"data tag", 1, 2, n, 2});
+    variants.push_back({"data length", 1, 2, 1, std::max(n, 2)});
+  }
+  int accepted = 0, refused = 0;
+  for (const Variant& v : variants) {
+    const int bytes_used = std::string(v.what) == "x tag"      ? v.x_tag
+                           : std::string(v.what) == "x length" ? v.x_length
+                           : std::string(v.what) == "data tag" ? v.data_tag
+                                                               : v.data_length;
+    SCOPED_TRACE(::testing::Message() << v.what << " in " << bytes_used << " bytes");
+    const std::string bytes =
+        ForwardWithPaddedX(v.x_tag, v.x_length, v.data_tag, v.data_length, data);
+    v1::ForwardRequest want;
+    const bool protobuf_ok = want.ParseFromString(bytes);
+    EXPECT_EQ(protobuf_ok, bytes_used <= 5);
+    (protobuf_ok ? accepted : refused)++;
+    for (int64_t min_bytes : {int64_t{-1}, int64_t{0}, kDefaultMin}) {
+      SCOPED_TRACE(min_bytes);
+      RecordingAllocator alloc;
+      v1::ForwardRequest got;
+      DetachedTensors detached;
+      const absl::Status s = ParseWithDetachedData(Chunked(bytes, {3, 11, 40}), &got,
+                                                   min_bytes, alloc.Get(), &detached);
+      ASSERT_EQ(s.ok(), protobuf_ok) << s;
+      if (!protobuf_ok) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+        continue;
+      }
+      EXPECT_TRUE(SameMessage(want, Reattached(&got, detached)));
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(refused, 0);
+}
+
 // ---------------------------------------------------------------------------
 // SerializeWithDetachedData
 
@@ -862,6 +945,34 @@ TEST_F(WireTensorsServer, UnusualEncodingsAreAnsweredAndMalformedOnesRejected) {
         RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward", truncated, nullptr);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("conv1d.v1.ForwardRequest"));
+  }
+}
+
+TEST_F(WireTensorsServer, OverLongDataTagIsInvalidArgumentLikeProtobuf) {
+  Rng rng(44);
+  const Case c = LargeForwardCase(DType::kF32);
+  const Inputs in = MakeInputs(c, &rng);
+  v1::ForwardRequest rest = MakeForward(c, in);
+  rest.clear_x();
+  v1::Tensor x_shell = in.x;
+  x_shell.clear_data();
+  auto with_data_tag_bytes = [&](int n) {
+    const std::string x = x_shell.SerializeAsString() + PaddedVarint(0x1a, n) +
+                          Varint(in.x.data().size()) + in.x.data();
+    return Delimited(1, x) + rest.SerializeAsString();
+  };
+  // Five bytes is still a tag to protobuf: answered, and correctly.
+  ExpectSameAnswers<v1::ForwardResponse>(
+      "/conv1d.v1.Conv1d/Forward", with_data_tag_bytes(5),
+      [&](const v1::ForwardResponse& r) { return CheckForward(c, in, r); });
+  for (int n : {6, 10}) {
+    for (auto& [min_bytes, ts] : *servers_) {
+      SCOPED_TRACE(::testing::Message() << min_bytes << ", tag of " << n << " bytes");
+      const grpc::Status s = RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward",
+                                          with_data_tag_bytes(n), nullptr);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr("conv1d.v1.ForwardRequest"));
+    }
   }
 }
 
