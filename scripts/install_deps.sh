@@ -25,6 +25,7 @@ if [[ $want_test == 1 ]]; then
     python3 python3-grpcio python3-protobuf python3-numpy python3-yaml
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
+    clang-14              # the clang preset: -Wthread-safety build of the server
     yamllint shellcheck
   )
   # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
