@@ -10,6 +10,7 @@
 #include "server/backends/cpu/cpu_conv.h"
 #include "server/util/thread_pool.h"
 #include "tests/cpu/test_util.h"
+#include "tests/common/test_seed.h"
 
 namespace conv1d {
 namespace {
@@ -41,7 +42,8 @@ class CpuConvSweep : public ::testing::TestWithParam<SweepParam> {};
 
 TEST_P(CpuConvSweep, MatchesReference) {
   const auto [op, xt, wt, width, layout] = GetParam();
-  uint64_t seed = 1;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1);
+  uint64_t seed = test_seed;
   for (int64_t seqlen : {1, 2, 3, 129, 1000}) {
     for (int options = 0; options < 8; ++options) {
       BatchKey key;
@@ -92,7 +94,8 @@ BatchKey FullKey(Op op, DType xt, int width, Layout layout, int64_t dim) {
 
 // Widest filter, every op and layout.
 TEST(CpuConv, Width64) {
-  uint64_t seed = 100;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 100);
+  uint64_t seed = test_seed;
   for (Op op : {Op::kForward, Op::kBackward, Op::kUpdate}) {
     for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
       for (int64_t seqlen : {5, 200}) {
@@ -106,7 +109,8 @@ TEST(CpuConv, Width64) {
 // Lengths crossing the channel-first row chunks and channel counts crossing
 // the channel-last tiles.
 TEST(CpuConv, CrossesChunkAndTileEdges) {
-  uint64_t seed = 200;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 200);
+  uint64_t seed = test_seed;
   for (Op op : {Op::kForward, Op::kBackward}) {
     for (int width : {4, 7}) {
       CheckOne(FullKey(op, DType::kBF16, width, Layout::kChannelFirst, 2), 2, 4100, 0, seed++,
@@ -119,9 +123,10 @@ TEST(CpuConv, CrossesChunkAndTileEdges) {
 
 // dweight/dbias do not depend on the thread count (fixed summation order).
 TEST(CpuConv, BackwardIsDeterministicAcrossThreadCounts) {
+  CONV1D_TEST_SEED_SCOPE(test_seed, 7);
   for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
     const BatchKey key = FullKey(Op::kBackward, DType::kF32, 4, layout, 260);
-    ConvBuffers a = MakeProblem(key, 3, 700, 0, 7);
+    ConvBuffers a = MakeProblem(key, 3, 700, 0, test_seed);
     ConvBuffers b = a;
     auto one = ThreadPool::Create(ThreadPoolOptions{.threads = 1});
     auto four = ThreadPool::Create(ThreadPoolOptions{.threads = 4});

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/server_process.h"
+#include "tests/common/test_seed.h"
 
 namespace conv1d::e2e {
 namespace {
@@ -96,7 +97,8 @@ TEST(ServerBinary, SigtermDrainsInFlightRequestsAndExitsZero) {
     grpc::Status status;
     absl::Notification done;
   };
-  Rng rng(9);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 9);
+  Rng rng(test_seed);
   auto send = [&](int64_t seqlen) {
     auto call = std::make_unique<Call>();
     call->c.seqlen = seqlen;

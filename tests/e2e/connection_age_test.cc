@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/gated_backend.h"
+#include "tests/common/test_seed.h"
 
 namespace conv1d::e2e {
 namespace {
@@ -85,7 +86,8 @@ TEST(ConnectionAge, ConnectionIsRotatedWithoutFailingCalls) {
 
   // A call held in the backend from the first connection's start until after
   // its rotation: the grace period must let it finish.
-  Rng rng(3);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 3);
+  Rng rng(test_seed);
   Case c;
   v1::ForwardRequest held_request = MakeForward(c, MakeInputs(c, &rng));
   grpc::ClientContext held_context;

@@ -16,7 +16,8 @@
 
 #include "server/core/dtype.h"
 #include "tests/gpu/gpu_harness.h"
-#include "tests/gpu/reference.h"
+#include "tests/common/reference.h"
+#include "tests/common/test_seed.h"
 
 namespace conv1d::testing {
 namespace {
@@ -37,17 +38,20 @@ const Pair kPairs[] = {{ScalarType::kF32, ScalarType::kF32},
                        {ScalarType::kF16, ScalarType::kF32},
                        {ScalarType::kBF16, ScalarType::kF32}};
 
-RefShape ShapeOf(const Conv1dProblem& p, const SegmentData& s) {
-  RefShape r;
+// The reference's inputs for one segment: shape and flags from the problem,
+// values exactly as the device sees them. Tensors the problem does not use
+// stay empty (absent for the reference).
+ref::Inputs InputsOf(const Conv1dProblem& p, const SegmentData& s) {
+  ref::Inputs r;
   r.batch = s.batch;
   r.dim = p.dim;
   r.seqlen = s.seqlen;
   r.width = p.width;
+  r.state_len = s.state_len;
   r.channel_last = p.layout == KernelLayout::kChannelLast;
   r.silu = p.activation == KernelActivation::kSiLU;
-  r.has_bias = p.has_bias;
-  r.has_init = p.has_initial_states;
-  r.has_dfinal = p.has_dfinal_states;
+  r.weight = s.weight.Values();
+  if (p.has_bias) r.bias = s.bias.Values();
   return r;
 }
 
@@ -56,29 +60,34 @@ std::string CheckAll(const Conv1dProblem& p, const std::vector<SegmentData>& seg
   const double tol = Tolerance(p.x_type);
   for (size_t i = 0; i < segs.size(); ++i) {
     const SegmentData& s = segs[i];
-    const RefShape r = ShapeOf(p, s);
+    ref::Inputs in = InputsOf(p, s);
+    in.x = s.x.Values();
     const std::string tag = "segment " + std::to_string(i) + " ";
     std::string err;
     if (p.op == KernelOp::kForward) {
-      std::vector<double> y, fin;
-      RefForward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(), &y, &fin);
-      err = Compare(tag + "y", s.y, y, tol);
-      if (err.empty() && p.return_final_states) err = Compare(tag + "final", s.final_states, fin, tol);
+      if (p.has_initial_states) in.initial_states = s.init.Values();
+      const ref::Outputs o = ref::Forward(in);
+      err = Compare(tag + "y", s.y, o.y, tol);
+      if (err.empty() && p.return_final_states) {
+        err = Compare(tag + "final", s.final_states, o.final_states, tol);
+      }
     } else if (p.op == KernelOp::kBackward) {
-      std::vector<double> dx, dw, db, dinit;
-      RefBackward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(),
-                  s.dout.Values(), s.dfinal.Values(), &dx, &dw, &db, &dinit);
+      if (p.has_initial_states) in.initial_states = s.init.Values();
+      if (p.has_dfinal_states) in.dfinal_states = s.dfinal.Values();
+      in.dout = s.dout.Values();
+      const ref::Outputs o = ref::Backward(in);
       const double gtol = std::max(Tolerance(p.grad_weight_type), 1e-4);
-      err = Compare(tag + "dx", s.dx, dx, tol);
-      if (err.empty()) err = Compare(tag + "dweight", s.dweight, dw, gtol);
-      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, db, gtol);
-      if (err.empty() && p.return_dinitial_states) err = Compare(tag + "dinit", s.dinit, dinit, tol);
+      err = Compare(tag + "dx", s.dx, o.dx, tol);
+      if (err.empty()) err = Compare(tag + "dweight", s.dweight, o.dweight, gtol);
+      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, o.dbias, gtol);
+      if (err.empty() && p.return_dinitial_states) {
+        err = Compare(tag + "dinit", s.dinit, o.dinitial_states, tol);
+      }
     } else {
-      std::vector<double> y, st;
-      RefUpdate(r, s.state_len, s.x.Values(), s.state.Values(), s.weight.Values(), s.bias.Values(),
-                &y, &st);
-      err = Compare(tag + "y", s.y, y, tol);
-      if (err.empty()) err = Compare(tag + "state", s.state_out, st, tol);
+      in.conv_state = s.state.Values();
+      const ref::Outputs o = ref::Update(in);
+      err = Compare(tag + "y", s.y, o.y, tol);
+      if (err.empty()) err = Compare(tag + "state", s.state_out, o.conv_state_out, tol);
     }
     if (!err.empty()) return err;
   }
@@ -180,7 +189,8 @@ Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, 
 }
 
 void SweepOp(KernelOp op) {
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1001);
+  std::mt19937_64 rng(test_seed);
   const int widths[] = {2, 3, 4, 7, 33};
   const int64_t lengths[] = {1, 3, 129};
   uint32_t n = 0;
@@ -212,7 +222,8 @@ TEST(Conv1dGpu, BackwardSweep) {
 
 TEST(Conv1dGpu, LongRows) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1002);
+  std::mt19937_64 rng(test_seed);
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
       for (Pair pr : {kPairs[0], kPairs[2]}) {
@@ -227,7 +238,8 @@ TEST(Conv1dGpu, LongRows) {
 
 TEST(Conv1dGpu, Update) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1003);
+  std::mt19937_64 rng(test_seed);
   uint32_t n = 0;
   for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
     for (const Pair& pr : kPairs) {
@@ -259,7 +271,8 @@ TEST(Conv1dGpu, Update) {
 // tokens), in place and not, with and without bias, every dtype pair.
 TEST(Conv1dGpu, UpdateVectorRows) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1004);
+  std::mt19937_64 rng(test_seed);
   uint32_t n = 0;
   for (const Pair& pr : kPairs) {
     for (int W : {2, 3, 4}) {
@@ -288,7 +301,8 @@ TEST(Conv1dGpu, UpdateVectorRows) {
 // general tile code.
 TEST(Conv1dGpu, BackwardVectorChunks) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1005);
+  std::mt19937_64 rng(test_seed);
   for (const Pair& pr : kPairs) {
     for (int W : {2, 3, 4}) {
       for (uint32_t bits : {0x0u, 0x1u, 0x3u, 0x1fu, 0x39u}) {
@@ -308,7 +322,8 @@ TEST(Conv1dGpu, BackwardVectorChunks) {
 // chunks of 9 steps whose last step has a single vector inside the row.
 TEST(Conv1dGpu, BackwardLongRowSteps) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1006);
+  std::mt19937_64 rng(test_seed);
   const FeatureCase cases[] = {{kPairs[2], 4, 0x1f, 4096},
                         {kPairs[1], 3, 0x39, 4360},
                         {kPairs[4], 2, 0x0, 4360}};
@@ -326,7 +341,8 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
 // one vector (both row ends in one chunk, initial and final states).
 TEST(Conv1dGpu, ForwardLongRowSteps) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1007);
+  std::mt19937_64 rng(test_seed);
   const FeatureCase cases[] = {{kPairs[2], 4, 0x1f, 4096},
                         {kPairs[1], 3, 0x0f, 4360},
                         {kPairs[4], 2, 0x0, 4360},
@@ -344,7 +360,8 @@ TEST(Conv1dGpu, ForwardLongRowSteps) {
 // chunk per row). Forward: the same shapes.
 TEST(Conv1dGpu, StreamChannelWalk) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1008);
+  std::mt19937_64 rng(test_seed);
   struct Shape {
     int64_t B, L;
   };
@@ -372,7 +389,8 @@ TEST(Conv1dGpu, StreamChannelWalk) {
 // give the same bytes.
 TEST(Conv1dGpu, ShortRowTiles) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1009);
+  std::mt19937_64 rng(test_seed);
   const FeatureCase cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 3, 0x39}, {kPairs[1], 2, 0x0}, {kPairs[4], 4, 0x0f}};
   const int64_t shapes[][2] = {{1, 128}, {1, 128}, {1, 8},  {1, 128}, {1, 24},  {1, 128},
                                {2, 64},  {1, 128}, {1, 48}, {1, 128}, {3, 128}, {1, 128},
@@ -439,7 +457,8 @@ TEST(Conv1dGpu, StreamsInPlaceOnlyForShortForwardRowsAndVectorUpdates) {
 // mixes lengths. Matches the reference; requests alone give the same bytes.
 TEST(Conv1dGpu, ShortScalarRowsForward) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1010);
+  std::mt19937_64 rng(test_seed);
   const int64_t shapes[][2] = {{3, 1}, {1, 2}, {2, 3}, {1, 5}, {4, 7}, {1, 1}, {2, 17}, {1, 31}};
   for (const Pair& pr : kPairs) {
     for (int W : {2, 3, 4}) {
@@ -458,7 +477,8 @@ TEST(Conv1dGpu, ShortScalarRowsForward) {
 // Matches the reference, and every request run alone gives the same bytes.
 TEST(Conv1dGpu, ShortRowForwardLargeLaunch) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1011);
+  std::mt19937_64 rng(test_seed);
   const FeatureCase cases[] = {{kPairs[0], 4, 0x0f}, {kPairs[1], 3, 0x0b}, {kPairs[2], 4, 0x0d},
                                {kPairs[3], 2, 0x0e}, {kPairs[4], 3, 0x07}, {kPairs[2], 2, 0x00}};
   const int64_t shapes[][2] = {{3, 128}, {1, 200}, {2, 8},  {1, 40},  {4, 256}, {1, 1024},
@@ -479,7 +499,8 @@ TEST(Conv1dGpu, ShortRowForwardLargeLaunch) {
 // the reference, and two requests alone give the same bytes.
 TEST(Conv1dGpu, ShortRowLongRuns) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1012);
+  std::mt19937_64 rng(test_seed);
   const FeatureCase cases[] = {{kPairs[0], 4, 0x1f}, {kPairs[2], 4, 0x1b}, {kPairs[2], 3, 0x1e}, {kPairs[4], 4, 0x03}};
   std::vector<std::array<int64_t, 2>> shapes;
   for (int i = 0; i < 48; ++i) shapes.push_back({i % 3 == 1 ? 2 : 1, i % 5 == 3 ? 64 : 128});
@@ -496,7 +517,8 @@ TEST(Conv1dGpu, ShortRowLongRuns) {
 // chunks, initial states, dfinal_states and dinitial_states, every dtype.
 TEST(Conv1dGpu, ChannelLastChunks) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1013);
+  std::mt19937_64 rng(test_seed);
   const FeatureCase cases[] = {{kPairs[0], 4, 0x1f, 1000}, {kPairs[2], 4, 0x1f, 2050},
                         {kPairs[1], 3, 0x0f, 2050}, {kPairs[4], 2, 0x1d, 1000},
                         {kPairs[0], 2, 0x00, 2050}, {kPairs[2], 3, 0x02, 300}};
@@ -512,7 +534,8 @@ TEST(Conv1dGpu, ChannelLastChunks) {
 // as 100 separate launches, and match the reference.
 TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1014);
+  std::mt19937_64 rng(test_seed);
   std::uniform_int_distribution<int64_t> bdist(1, 3), ldist(1, 300);
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
@@ -536,7 +559,8 @@ TEST(Conv1dGpu, RaggedHundredEqualsSeparate) {
 
 TEST(Conv1dGpu, MisalignedPointersTakeScalarPath) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1015);
+  std::mt19937_64 rng(test_seed);
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
       for (Pair pr : {kPairs[0], kPairs[2]}) {
@@ -558,7 +582,8 @@ TEST(Conv1dGpu, MisalignedPointersTakeScalarPath) {
 // one workspace).
 TEST(Conv1dGpu, DweightDeterministic) {
   REQUIRE_DEVICE();
-  std::mt19937_64 rng(std::random_device{}());
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1016);
+  std::mt19937_64 rng(test_seed);
   for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
     for (int W : {4, 9}) {
       const Conv1dProblem p = MakeProblem(KernelOp::kBackward, kPairs[0], layout, 64, W, 0x1f);
@@ -607,7 +632,8 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
     s.batch = 2;
     s.seqlen = ((int64_t{1} << 31) + (int64_t{1} << 20)) / (2 * 4);
     const int64_t n = s.batch * p.dim * s.seqlen;
-    std::mt19937_64 rng(std::random_device{}());
+    CONV1D_TEST_SEED_SCOPE(test_seed, 1017);
+    std::mt19937_64 rng(test_seed);
     s.weight = RandomTensor(p.weight_type, p.dim * p.width, 0.5, rng);
     s.bias = RandomTensor(p.weight_type, p.dim, 0.5, rng);
     s.x.type = s.y.type = ScalarType::kBF16;
@@ -633,9 +659,8 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
     int64_t unwritten = 0;
     for (int64_t i = 0; i < n; ++i) unwritten += (yb[i] == 0xffff);
     EXPECT_EQ(unwritten, 0);
-    const RefShape r = ShapeOf(p, s);
+    const ref::Inputs r = InputsOf(p, s);
     const HugeCtx ctx{&s, p.dim, s.seqlen, layout == KernelLayout::kChannelLast};
-    const std::vector<double> w = s.weight.Values(), bias = s.bias.Values();
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
     int bad = 0;
     for (int k = 0; k < 200000; ++k) {
@@ -650,10 +675,10 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
         d = (i / s.seqlen) % p.dim;
         b = i / (p.dim * s.seqlen);
       }
-      const double ref = RefForwardAt(r, w, bias, HugeX, &ctx, b, d, t);
+      const double want = ref::ForwardAt(r, HugeX, &ctx, b, d, t);
       const double got = BF16ToFloat(yb[i]);
-      if (!(std::fabs(got - ref) <= 1.6e-2 * (std::fabs(ref) + 0.5))) {
-        if (++bad < 5) ADD_FAILURE() << "y[" << i << "] = " << got << ", reference " << ref;
+      if (!(std::fabs(got - want) <= 1.6e-2 * (std::fabs(want) + 0.5))) {
+        if (++bad < 5) ADD_FAILURE() << "y[" << i << "] = " << got << ", reference " << want;
       }
     }
     EXPECT_EQ(bad, 0);
