@@ -65,6 +65,10 @@ ABSL_FLAG(int64_t, host_pool_bytes, 0,
           "gpu backend: page-locked host memory that large request tensors are "
           "received into and outputs sent from, moved by DMA with no staging "
           "copy; 0 = 1/32 of physical memory, 64 MiB..4 GiB; -1 = none");
+ABSL_FLAG(std::string, gpu_inject_fault, "",
+          "testing only: gpu backend fails every N-th fused launch (launch:N) or "
+          "device-to-host copy (copy:N) of each lane with a non-sticky error; the "
+          "batch fails, the server goes on; empty = never");
 ABSL_FLAG(std::string, host_tensors, "auto",
           "where large compute-request tensors and outputs live: auto (in the "
           "backend's page-locked host buffers when it has them, i.e. gpu with a "
@@ -273,6 +277,7 @@ int main(int argc, char** argv) {
   options.backend.lane_buffer_bytes = absl::GetFlag(FLAGS_lane_buffer_bytes);
   options.backend.weight_cache_bytes = absl::GetFlag(FLAGS_weight_cache_bytes);
   options.backend.host_pool_bytes = absl::GetFlag(FLAGS_host_pool_bytes);
+  options.backend.inject_fault = absl::GetFlag(FLAGS_gpu_inject_fault);
   options.host_tensor_min_bytes = absl::GetFlag(FLAGS_host_tensor_min_bytes);
   const std::string host_tensors = absl::GetFlag(FLAGS_host_tensors);
   if (host_tensors == "auto") {

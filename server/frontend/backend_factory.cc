@@ -16,6 +16,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendChoice& choice
   std::string name = choice.name;
   if (name == "auto") name = VisibleGpuDevices() > 0 ? "gpu" : "cpu";
   if (name == "gpu") return MakeGpuBackend(choice);
+  if (!choice.inject_fault.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gpu_inject_fault: applies to the gpu backend only, not \"", name, "\""));
+  }
   if (name == "cpu") {
     CpuBackendOptions options;
     options.threads = choice.threads;

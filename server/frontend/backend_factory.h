@@ -33,8 +33,10 @@ struct BackendChoice {
   int64_t lane_buffer_bytes = 0;
   int64_t weight_cache_bytes = 0;
   // gpu backend: page-locked host pool for request and response tensors
-  // (Backend::AllocateHostBuffer); 0 = derived from physical memory, -1 = none.
+  // (Backend::host_buffers); 0 = derived from physical memory, -1 = none.
   int64_t host_pool_bytes = 0;
+  // gpu backend, testing only: GpuBackendOptions::inject_fault.
+  std::string inject_fault;
   // Receives pool and device-error reports; not owned, may be null.
   Observer* observer = nullptr;
 };

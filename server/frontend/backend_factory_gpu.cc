@@ -16,6 +16,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeGpuBackend(const BackendChoice& cho
   options.lane_buffer_bytes = choice.lane_buffer_bytes;
   options.weight_cache_bytes = choice.weight_cache_bytes;
   options.host_pool_bytes = choice.host_pool_bytes;
+  options.inject_fault = choice.inject_fault;
   options.observer = choice.observer;
   absl::StatusOr<std::unique_ptr<GpuBackend>> backend = GpuBackend::Create(options);
   if (!backend.ok()) return backend.status();

@@ -26,6 +26,8 @@
 #define hipEventDefault cudaEventDefault
 #define hipEventBlockingSync cudaEventBlockingSync
 #define hipDeviceReset cudaDeviceReset
+#define hipMemcpy2DAsync cudaMemcpy2DAsync
+#define hipMemset2DAsync cudaMemset2DAsync
 #define hipErrorMemoryAllocation cudaErrorMemoryAllocation
 #endif
 
