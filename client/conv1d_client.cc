@@ -35,9 +35,11 @@ Pushback FindPushback(const grpc::ClientContext& ctx) {
   return ParsePushback(absl::string_view(it->second.data(), it->second.size()));
 }
 
-void PrepareContext(grpc::ClientContext* ctx, absl::Time deadline, bool wait_for_ready) {
+void PrepareContext(grpc::ClientContext* ctx, absl::Time deadline, bool wait_for_ready,
+                    const std::string& authorization) {
   if (deadline != absl::InfiniteFuture()) ctx->set_deadline(absl::ToChronoTime(deadline));
   ctx->set_wait_for_ready(wait_for_ready);
+  if (!authorization.empty()) ctx->AddMetadata("authorization", authorization);
 }
 
 }  // namespace
@@ -69,7 +71,13 @@ absl::StatusOr<std::unique_ptr<Conv1dClient>> Conv1dClient::Create(ClientOptions
   if (options.max_message_bytes <= 0 || options.max_message_bytes > INT32_MAX) {
     return absl::InvalidArgumentError("max_message_bytes must be in [1, 2^31)");
   }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(options.security);
+  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<std::string> authorization = AuthorizationHeader(options.security);
+  if (!authorization.ok()) return authorization.status();
   std::unique_ptr<Conv1dClient> c(new Conv1dClient(std::move(options)));
+  c->authorization_ = std::move(*authorization);
   const ClientOptions& o = c->options_;
   const int n = std::max<int>(o.num_channels, static_cast<int>(o.targets.size()));
   for (int i = 0; i < n; ++i) {
@@ -82,7 +90,7 @@ absl::StatusOr<std::unique_ptr<Conv1dClient>> Conv1dClient::Create(ClientOptions
     args.SetInt("conv1d.client_channel_index", i);
     Channel ch;
     ch.channel = grpc::CreateCustomChannel(o.targets[i % o.targets.size()],
-                                           grpc::InsecureChannelCredentials(), args);
+                                           *credentials, args);
     ch.stub = v1::Conv1d::NewStub(ch.channel);
     ch.health = grpc::health::v1::Health::NewStub(ch.channel);
     c->channels_.push_back(std::move(ch));
@@ -108,7 +116,8 @@ class AsyncCall {
   void Attempt() {
     ++attempt_;
     ctx_ = std::make_unique<grpc::ClientContext>();
-    PrepareContext(ctx_.get(), deadline_, client_->options_.wait_for_ready);
+    PrepareContext(ctx_.get(), deadline_, client_->options_.wait_for_ready,
+                   client_->authorization_);
     resp_.Clear();
     invoke_(client_->NextChannel(), ctx_.get(), req_.get(), &resp_,
             [this](grpc::Status s) { OnDone(std::move(s)); });
@@ -172,7 +181,7 @@ absl::StatusOr<Resp> Conv1dClient::CallSync(const Req& req, const CallOptions& o
   const int attempts = opts.max_attempts > 0 ? opts.max_attempts : options_.retry.max_attempts;
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
-    PrepareContext(&ctx, deadline, options_.wait_for_ready);
+    PrepareContext(&ctx, deadline, options_.wait_for_ready, authorization_);
     Resp resp;
     absl::Status status = ToAbsl(invoke(NextChannel(), &ctx, req, &resp));
     if (status.ok()) return resp;
@@ -212,6 +221,11 @@ CONV1D_CLIENT_METHOD(Backward, BackwardRequest, BackwardResponse)
 CONV1D_CLIENT_METHOD(Update, UpdateRequest, UpdateResponse)
 CONV1D_CLIENT_METHOD(RegisterWeights, RegisterWeightsRequest, RegisterWeightsResponse)
 CONV1D_CLIENT_METHOD(UnregisterWeights, UnregisterWeightsRequest, UnregisterWeightsResponse)
+CONV1D_CLIENT_METHOD(OpenSession, OpenSessionRequest, OpenSessionResponse)
+CONV1D_CLIENT_METHOD(CommitSession, CommitSessionRequest, CommitSessionResponse)
+CONV1D_CLIENT_METHOD(ForkSession, ForkSessionRequest, ForkSessionResponse)
+CONV1D_CLIENT_METHOD(ExportSession, ExportSessionRequest, ExportSessionResponse)
+CONV1D_CLIENT_METHOD(CloseSession, CloseSessionRequest, CloseSessionResponse)
 #undef CONV1D_CLIENT_METHOD
 
 // Typed compute calls: build the wire request now, then as above.

@@ -6,7 +6,8 @@
 // backoff and jitter on UNAVAILABLE / RESOURCE_EXHAUSTED (the server's
 // `grpc-retry-pushback-ms` trailer wins over the computed delay); several
 // channels (one TCP connection each), used round-robin, across one or more
-// targets; 1 GiB message limit by default. Results are absl::Status(Or).
+// targets; 1 GiB message limit by default; TLS, mTLS and a bearer token
+// (client_security.h). Results are absl::Status(Or).
 //
 // Used by the command-line client, the load generator and applications.
 // Thread-safe: one client may be shared by any number of threads. Async
@@ -26,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/call_args.h"
+#include "client/client_security.h"
 #include "client/retry.h"
 #include "conv1d/v1/conv1d.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -43,6 +45,9 @@ struct ClientOptions {
   RetryPolicy retry;
   // Queue calls while a channel connects instead of failing fast.
   bool wait_for_ready = false;
+  // TLS, mTLS and the bearer token (client_security.h); default plaintext
+  // without a token.
+  ClientSecurity security;
 };
 
 struct CallOptions {
@@ -84,6 +89,18 @@ class Conv1dClient {
       const v1::UnregisterWeightsRequest& req, const CallOptions& opts = {});
   absl::StatusOr<v1::ListWeightsResponse> ListWeights(const CallOptions& opts = {});
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo(const CallOptions& opts = {});
+  // Decode sessions by unary calls (Update with session_id steps them); a
+  // Decode stream is DecodeSession (decode_session.h).
+  absl::StatusOr<v1::OpenSessionResponse> OpenSession(const v1::OpenSessionRequest& req,
+                                                      const CallOptions& opts = {});
+  absl::StatusOr<v1::CommitSessionResponse> CommitSession(
+      const v1::CommitSessionRequest& req, const CallOptions& opts = {});
+  absl::StatusOr<v1::ForkSessionResponse> ForkSession(const v1::ForkSessionRequest& req,
+                                                      const CallOptions& opts = {});
+  absl::StatusOr<v1::ExportSessionResponse> ExportSession(
+      const v1::ExportSessionRequest& req, const CallOptions& opts = {});
+  absl::StatusOr<v1::CloseSessionResponse> CloseSession(const v1::CloseSessionRequest& req,
+                                                        const CallOptions& opts = {});
   // grpc.health.v1 Check; `service` "" asks about the whole server.
   absl::StatusOr<HealthStatus> Health(const std::string& service = "",
                                       const CallOptions& opts = {});
@@ -109,6 +126,16 @@ class Conv1dClient {
   void UnregisterWeightsAsync(std::shared_ptr<const v1::UnregisterWeightsRequest> req,
                               const CallOptions& opts,
                               Callback<v1::UnregisterWeightsResponse> done);
+  void OpenSessionAsync(std::shared_ptr<const v1::OpenSessionRequest> req,
+                        const CallOptions& opts, Callback<v1::OpenSessionResponse> done);
+  void CommitSessionAsync(std::shared_ptr<const v1::CommitSessionRequest> req,
+                          const CallOptions& opts, Callback<v1::CommitSessionResponse> done);
+  void ForkSessionAsync(std::shared_ptr<const v1::ForkSessionRequest> req,
+                        const CallOptions& opts, Callback<v1::ForkSessionResponse> done);
+  void ExportSessionAsync(std::shared_ptr<const v1::ExportSessionRequest> req,
+                          const CallOptions& opts, Callback<v1::ExportSessionResponse> done);
+  void CloseSessionAsync(std::shared_ptr<const v1::CloseSessionRequest> req,
+                         const CallOptions& opts, Callback<v1::CloseSessionResponse> done);
   void ListWeightsAsync(const CallOptions& opts, Callback<v1::ListWeightsResponse> done);
   void ServerInfoAsync(const CallOptions& opts, Callback<v1::ServerInfoResponse> done);
   void HealthAsync(const std::string& service, const CallOptions& opts,
@@ -116,6 +143,8 @@ class Conv1dClient {
 
   const ClientOptions& options() const { return options_; }
   int num_channels() const { return static_cast<int>(channels_.size()); }
+  // The stub of the next channel (round-robin), for streaming calls.
+  v1::Conv1d::Stub* NextStub() { return NextChannel().stub.get(); }
   // Calls that were retried at least once since creation.
   int64_t retried_calls() const { return retried_calls_.load(); }
 
@@ -137,6 +166,8 @@ class Conv1dClient {
   Channel& NextChannel();
 
   ClientOptions options_;
+  // "Bearer <token>", or empty: sent as `authorization` with every call.
+  std::string authorization_;
   std::vector<Channel> channels_;
   std::atomic<uint64_t> next_channel_{0};
   std::atomic<int64_t> retried_calls_{0};

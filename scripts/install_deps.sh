@@ -18,6 +18,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
+  libssl-dev            # TLS of the gRPC and metrics listeners, token digests
 )
 if [[ $want_test == 1 ]]; then
   pkgs+=(
@@ -27,6 +28,7 @@ if [[ $want_test == 1 ]]; then
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
     clang-14              # the clang preset: -Wthread-safety build of the server
     yamllint shellcheck
+    openssl               # certificates made by the security tests
   )
   # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
   # (Debian's comes in kubernetes-client).

@@ -8,7 +8,12 @@
 // A second signal during the drain exits at once with status 1, and so does
 // a drain still running 10 s past --drain_timeout_s (a batch stuck in the
 // backend).
-// Exit status 2: an invalid flag value; 1: the server could not start.
+// SIGHUP re-reads --auth_tokens_file (a bad file keeps the previous tokens
+// and logs why); TLS certificates are re-read by a file watcher
+// (--tls_reload_interval_s), the metrics endpoint's on their next handshake
+// after a change (docs/security.md).
+// Exit status 2: an invalid flag value, including a listen address that is
+// malformed or cannot be bound (port taken); 1: the server could not start.
 #include <pthread.h>
 #include <signal.h>
 #ifdef __GLIBC__
@@ -36,15 +41,40 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/server.h"
 #include "server/logging/access_log.h"
 #include "server/logging/log_setup.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
-          "host:port of the gRPC endpoint (port 0 picks a free port)");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8002",
+ABSL_FLAG(std::string, listen, conv1d::ServerOptions().listen_address,
+          "host:port of the gRPC endpoint (port 0 picks a free port); loopback "
+          "by default, 0.0.0.0:50051 (or [::]:50051) serves other hosts, e.g. "
+          "from a container. A taken port exits 2");
+ABSL_FLAG(std::string, metrics_listen, conv1d::ServerOptions().metrics_listen_address,
           "host:port of the Prometheus /metrics endpoint; empty disables it");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the gRPC listener; with --tls_key serves TLS "
+          "only (plaintext connections fail)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert (unencrypted)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require and verify a client certificate signed by it "
+          "(mutual TLS); needs --tls_cert");
+ABSL_FLAG(int32_t, tls_reload_interval_s, 60,
+          "seconds between re-reads of the --tls_* files (certificate renewal "
+          "without restart), 1..86400");
+ABSL_FLAG(std::string, metrics_tls_cert, "",
+          "PEM certificate chain of the metrics endpoint (HTTPS); re-read when "
+          "the file changes");
+ABSL_FLAG(std::string, metrics_tls_key, "", "PEM private key of --metrics_tls_cert");
+ABSL_FLAG(std::string, metrics_tls_client_ca, "",
+          "PEM CA bundle that scrapers' client certificates must chain to");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "file of '<token> <principal> <infer|admin>' lines; when set, every "
+          "call needs 'authorization: Bearer <token>' metadata. Re-read on SIGHUP");
+ABSL_FLAG(bool, auth_health_open, true,
+          "with --auth_tokens_file: grpc.health.v1 and reflection answer without "
+          "a token (probes); false needs --tls_cert");
 ABSL_FLAG(std::string, backend, "auto",
           "compute backend: auto (gpu when this build has it and a device is "
           "visible, else cpu), gpu, cpu or echo (no compute; copies inputs to "
@@ -99,6 +129,15 @@ ABSL_FLAG(int64_t, max_request_bytes, 0,
           "0 = --max_message_bytes");
 ABSL_FLAG(int64_t, max_weight_bytes, int64_t{16} << 30,
           "total bytes of registered weight sets");
+ABSL_FLAG(int64_t, session_state_bytes, int64_t{256} << 10,
+          "bytes of one decode-session state slot: the largest state "
+          "B*D*(state_len+max_draft_tokens)*sizeof(dtype) a session may hold");
+ABSL_FLAG(int32_t, max_sessions, 256,
+          "decode-session state slots taken at start (the most sessions open at "
+          "once; a full pool answers RESOURCE_EXHAUSTED), 1..1048576");
+ABSL_FLAG(int64_t, session_idle_timeout_s, 300,
+          "seconds after which a decode session with no operation expires "
+          "(sessions of open Decode streams do not); 0 = never");
 ABSL_FLAG(double, drain_timeout_s, 30,
           "on SIGTERM/SIGINT, seconds to finish in-flight requests before "
           "cancelling them and exiting");
@@ -190,7 +229,9 @@ int main(int argc, char** argv) {
   sigemptyset(&drain_signals);
   sigaddset(&drain_signals, SIGTERM);
   sigaddset(&drain_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &drain_signals, nullptr);
+  sigset_t blocked = drain_signals;
+  sigaddset(&blocked, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
 
   absl::FlagsUsageConfig usage_config;
   usage_config.contains_help_flags = IsHelpFlagFile;
@@ -201,7 +242,7 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "Serves causal depthwise conv1d (forward, backward, decode update) over "
-      "gRPC.\nUsage: conv1d_server [--listen=0.0.0.0:50051] [--backend=auto] ...");
+      "gRPC.\nUsage: conv1d_server [--listen=127.0.0.1:50051] [--backend=auto] ...");
   for (int i = 1; i < argc; ++i) {
     if (IsUsageFlag(argv[i])) g_usage_flag_given = true;
   }
@@ -306,8 +347,27 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   options.max_weight_bytes = absl::GetFlag(FLAGS_max_weight_bytes);
+  options.session_state_bytes = absl::GetFlag(FLAGS_session_state_bytes);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.session_idle_timeout_s = absl::GetFlag(FLAGS_session_idle_timeout_s);
   options.drain_grace = absl::Milliseconds(drain_grace_ms);
   options.access_log = access_log;
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.tls.reload_interval_s = absl::GetFlag(FLAGS_tls_reload_interval_s);
+  options.metrics_tls.cert_file = absl::GetFlag(FLAGS_metrics_tls_cert);
+  options.metrics_tls.key_file = absl::GetFlag(FLAGS_metrics_tls_key);
+  options.metrics_tls.client_ca_file = absl::GetFlag(FLAGS_metrics_tls_client_ca);
+  std::shared_ptr<conv1d::Authenticator> auth;
+  if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
+    absl::StatusOr<std::unique_ptr<conv1d::Authenticator>> made =
+        conv1d::Authenticator::Create(tokens);
+    if (!made.ok()) return UsageError(absl::StrCat("--", made.status().message()));
+    auth = std::move(*made);
+  }
+  options.auth = auth;
+  options.auth_health_open = absl::GetFlag(FLAGS_auth_health_open);
   options.max_connection_age_ms = connection_age_ms[0];
   options.max_connection_age_grace_ms = connection_age_ms[1];
 
@@ -342,9 +402,30 @@ int main(int argc, char** argv) {
       drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
       absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,
       access_log_path.empty() ? "off" : access_log_path, arenas);
+  spdlog::info("security: tls={} client_ca={} metrics_tls={} auth={} auth_health_open={}",
+               absl::GetFlag(FLAGS_tls_cert).empty() ? "off" : absl::GetFlag(FLAGS_tls_cert),
+               absl::GetFlag(FLAGS_tls_client_ca).empty() ? "off"
+                                                          : absl::GetFlag(FLAGS_tls_client_ca),
+               absl::GetFlag(FLAGS_metrics_tls_cert).empty() ? "off" : "on",
+               auth == nullptr ? "off"
+                               : absl::StrCat(auth->num_tokens(), " tokens from ",
+                                              auth->tokens_file()),
+               absl::GetFlag(FLAGS_auth_health_open));
 
   int signal_number = 0;
-  sigwait(&drain_signals, &signal_number);
+  for (;;) {
+    sigwait(&blocked, &signal_number);
+    if (signal_number != SIGHUP) break;
+    if (auth == nullptr) {
+      spdlog::info("SIGHUP: no --auth_tokens_file to re-read");
+      continue;
+    }
+    if (absl::Status s = auth->Reload(); s.ok()) {
+      spdlog::info("SIGHUP: re-read {}: {} tokens", auth->tokens_file(), auth->num_tokens());
+    } else {
+      spdlog::error("SIGHUP: keeping the previous tokens: {}", std::string(s.message()));
+    }
+  }
   spdlog::info("received {}; draining for at most {} s",
                signal_number == SIGTERM ? "SIGTERM" : "SIGINT", drain_timeout_s);
   std::thread([drain_signals] {

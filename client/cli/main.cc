@@ -2,6 +2,7 @@
 //
 //   conv1d_client [flags] <command>
 //   commands: health info register unregister list forward backward update
+//             decode
 //
 // Inputs are seeded random tensors or .npy files (fp32 '<f4', fp16 '<f2',
 // bf16 as raw bits '<u2'); outputs can be written as .npy. `--verify`
@@ -20,8 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/cli/decode_command.h"
 #include "client/conv1d_client.h"
 #include "client/npy.h"
+#include "client/security_flags.h"
 #include "client/verify.h"
 #include "client/workload.h"
 
@@ -54,6 +57,7 @@ ABSL_FLAG(std::string, bias_file, "", "bias [D] from a .npy file.");
 ABSL_FLAG(std::string, state_file, "", "initial_states (forward/backward) or conv_state (update) from .npy.");
 ABSL_FLAG(std::string, out_prefix, "", "Write every output tensor to <prefix><name>.npy.");
 ABSL_FLAG(bool, verify, false, "Compare the answer with the local CPU implementation; exit 1 on mismatch.");
+ABSL_FLAG(int, step_tokens, 1, "decode: tokens per step of the session (the last step may be shorter).");
 ABSL_FLAG(int, repeat, 1, "Send the request this many times and report the best and median time.");
 
 namespace conv1d {
@@ -208,8 +212,21 @@ int RunOp(Conv1dClient& client, const std::string& command) {
   absl::StatusOr<WeightSet> w = WeightsFromFlags(spec);
   if (!w.ok()) return Fail(w.status());
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  if (command == "decode") spec.op = WorkloadOp::kForward;
   PreparedRequest p = BuildRequest(spec, *w, seed * 7919 + 17);
   std::printf("%s %s\n", command.c_str(), spec.Describe().c_str());
+  if (command == "decode") {
+    DecodeCommand d;
+    d.whole = *p.forward;
+    if (!x_file.empty()) x_file.ToProto(d.whole.mutable_x());
+    d.whole.clear_initial_states();
+    d.whole.set_return_final_states(false);
+    d.step_tokens = absl::GetFlag(FLAGS_step_tokens);
+    d.state_len = absl::GetFlag(FLAGS_state_len);
+    d.verify = absl::GetFlag(FLAGS_verify);
+    d.registered = spec.registered_weights ? &*w : nullptr;
+    return RunDecodeCommand(client, d);
+  }
   if (spec.op == WorkloadOp::kForward) {
     v1::ForwardRequest req = *p.forward;
     if (!x_file.empty()) x_file.ToProto(req.mutable_x());
@@ -258,6 +275,7 @@ int Run(const std::string& command) {
   opts.targets = SplitTargets(absl::GetFlag(FLAGS_target));
   opts.retry.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
   opts.default_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  opts.security = SecurityFromFlags();
   absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(opts);
   if (!client.ok()) return Fail(client.status());
   Conv1dClient& c = **client;
@@ -312,7 +330,8 @@ int Run(const std::string& command) {
     PrintWeightsInfo(r->info());
     return 0;
   }
-  if (command == "forward" || command == "backward" || command == "update") {
+  if (command == "forward" || command == "backward" || command == "update" ||
+      command == "decode") {
     return RunOp(c, command);
   }
   return Fail(absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'")));
@@ -325,12 +344,15 @@ int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/cli/");
+    return absl::StrContains(file, "client/cli/") ||
+           absl::StrContains(file, "client/security_flags");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
-      "conv1d_client [flags] <health|info|register|unregister|list|forward|backward|update>\n"
+      "conv1d_client [flags] <health|info|register|unregister|list|forward|backward|update|decode>\n"
+      "  decode runs the sequence (--shape BxDxL) through a decode session, --step_tokens\n"
+      "  tokens per step.\n"
       "  health exits 0 only when SERVING; --verify exits 1 on a wrong answer;\n"
       "  other failures exit 2. .npy bf16 is carried as uint16 ('<u2') bits.");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);

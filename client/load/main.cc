@@ -12,7 +12,10 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/load/load_runner.h"
+#include "client/load/session_load.h"
+#include "client/security_flags.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "Server address, or a comma list of replicas used round-robin.");
@@ -84,6 +87,18 @@ ABSL_FLAG(std::string, compute_metric, "conv1d_compute_seconds",
 ABSL_FLAG(std::string, requests_metric, "conv1d_requests_total", "Counter of server requests.");
 ABSL_FLAG(std::string, requests_filter, "",
           "Count only --requests_metric samples whose labels contain this, e.g. method=\"Forward\".");
+ABSL_FLAG(std::string, mode, "",
+          "Session workloads instead of requests: 'session' (one Decode stream per chain, "
+          "x only on the wire), 'unary-decode-fwd' (a Forward per step with "
+          "initial_states/final_states, today's path) or both, comma-separated. "
+          "--concurrency chains run at once, each a chain of steps of S tokens "
+          "(--shape BxDxS); reports steps/s and per-step latency.");
+ABSL_FLAG(int64_t, chain_steps, 0,
+          "Session workloads: steps of a chain before it ends and a new one starts; 0 = one "
+          "chain per thread for the whole step.");
+ABSL_FLAG(bool, verify_steps, true,
+          "Session workloads: check every step against the same chain run by the local CPU "
+          "implementation; any difference fails the run.");
 ABSL_FLAG(bool, allow_errors, false, "Exit 0 even when requests failed (wrong answers still fail).");
 ABSL_FLAG(bool, progress, true, "Live progress line (only when stdout is a terminal).");
 
@@ -185,11 +200,51 @@ int Main() {
   co.num_channels = channels;
   co.retry.max_attempts = o.max_attempts;
   co.default_timeout = o.timeout;
+  co.security = SecurityFromFlags();
   absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(co);
   if (!client.ok()) return Fail(client.status());
   std::printf("targets: %s, %d channel(s)\n", absl::GetFlag(FLAGS_target).c_str(),
               (*client)->num_channels());
 
+  if (!absl::GetFlag(FLAGS_mode).empty()) {
+    if (!o.closed_loop) return Fail(absl::InvalidArgumentError("--mode takes --concurrency, not --rate"));
+    SessionLoadOptions so;
+    so.spec = o.workloads.front();
+    so.modes = absl::StrSplit(absl::GetFlag(FLAGS_mode), ',', absl::SkipEmpty());
+    so.concurrency.clear();
+    for (double l : o.levels) so.concurrency.push_back(static_cast<int>(l));
+    so.warmup_s = o.warmup_s;
+    so.duration_s = o.duration_s;
+    so.chain_steps = absl::GetFlag(FLAGS_chain_steps);
+    so.verify = absl::GetFlag(FLAGS_verify_steps);
+    so.seed = o.seed;
+    so.timeout = o.timeout;
+    absl::StatusOr<std::vector<SessionLoadRow>> rows = RunSessionLoad(so, client->get());
+    if (!rows.ok()) return Fail(rows.status());
+    if (!absl::GetFlag(FLAGS_csv).empty()) {
+      if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_csv), SessionLoadCsv(*rows)); !s.ok()) {
+        return Fail(s);
+      }
+    }
+    int64_t errors = 0, wrong = 0;
+    std::string first;
+    for (const SessionLoadRow& r : *rows) {
+      errors += r.errors;
+      wrong += r.wrong;
+      if (first.empty()) first = r.first_error;
+    }
+    std::printf("total: %lld errors, %lld wrong steps\n", static_cast<long long>(errors),
+                static_cast<long long>(wrong));
+    if (wrong > 0) {
+      std::fprintf(stderr, "conv1d_load: wrong steps, first: %s\n", first.c_str());
+      return 1;
+    }
+    if (errors > 0 && !absl::GetFlag(FLAGS_allow_errors)) {
+      std::fprintf(stderr, "conv1d_load: failed steps, first: %s\n", first.c_str());
+      return 1;
+    }
+    return 0;
+  }
   absl::StatusOr<std::unique_ptr<LoadRunner>> runner = LoadRunner::Create(o, client->get());
   if (!runner.ok()) return Fail(runner.status());
   absl::StatusOr<RunReport> report = (*runner)->Run();
@@ -219,7 +274,8 @@ int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "client/load/");
+    return absl::StrContains(file, "client/load/") ||
+           absl::StrContains(file, "client/security_flags");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);

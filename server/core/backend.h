@@ -19,9 +19,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "server/core/conv_problem.h"
 #include "server/core/host_buffers.h"
+#include "server/core/state_slots.h"
 
 namespace conv1d {
 
@@ -80,6 +83,16 @@ class Backend {
   // HeapHostBuffers). Shared with the frontends for the backend's life and
   // beyond (buffers may outlive it). Thread-safe.
   virtual std::shared_ptr<HostBufferProvider> host_buffers() const { return nullptr; }
+
+  // The decode sessions' state slots (state_slots.h), made once at start:
+  // memory the backend's update computes read and write in place, as the
+  // conv_state and conv_state_out of session steps. Default: UNIMPLEMENTED,
+  // i.e. the backend serves no sessions. Called once, before serving.
+  virtual absl::StatusOr<std::unique_ptr<StateSlots>> CreateStateSlots(
+      const StateSlotsOptions& options) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", name(), " backend does not serve decode sessions"));
+  }
 
   // Computes every segment and writes all requested outputs. Blocking.
   // REQUIRES: 0 <= lane < num_lanes(); every segment matches `key`; called

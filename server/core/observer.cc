@@ -14,4 +14,14 @@ const char* RejectReasonName(RejectReason r) {
   return "unknown";
 }
 
+const char* SessionEventName(SessionEvent e) {
+  switch (e) {
+    case SessionEvent::kOpened: return "opened";
+    case SessionEvent::kClosed: return "closed";
+    case SessionEvent::kExpired: return "expired";
+    case SessionEvent::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
 }  // namespace conv1d

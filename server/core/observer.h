@@ -29,6 +29,15 @@ enum class RejectReason : uint8_t {
 };
 const char* RejectReasonName(RejectReason r);  // "invalid", "queue_full", ...
 
+// What happened to a decode session.
+enum class SessionEvent : uint8_t {
+  kOpened = 0,   // opened or forked
+  kClosed = 1,   // closed by its client, its stream's end or the drain
+  kExpired = 2,  // idle past the idle timeout
+  kFailed = 3,   // a step failed in the backend; state lost
+};
+const char* SessionEventName(SessionEvent e);  // "opened", "closed", ...
+
 class Observer {
  public:
   virtual ~Observer() = default;
@@ -62,6 +71,16 @@ class Observer {
 
   // Backend health: a device hit an error it cannot recover from.
   virtual void OnDeviceError(int device, const std::string& message) {}
+
+  // Sessions (session_manager.h): an event, and the totals after it (open
+  // sessions, bytes of the state slots they hold).
+  virtual void OnSessionEvent(SessionEvent event, int64_t open_sessions,
+                              int64_t slot_bytes_in_use) {}
+  // A session step finished (OK): its latency from BeginStep to its task's
+  // end.
+  virtual void OnSessionStep(absl::Duration latency) {}
+  // Scheduler: a backend call that computed `steps` session steps (> 0).
+  virtual void OnSessionStepsPerLaunch(int32_t steps) {}
 
   // Frontend: the serving state that grpc.health.v1 reports changed (true
   // once the server accepts requests, false while draining / NOT_SERVING).

@@ -434,10 +434,13 @@ void Scheduler::RunBatch(int lane, const BatchKey& key,
   segments.reserve(run.size());
   int64_t sequences = 0;
   int64_t bytes = 0;
+  int32_t session_steps = 0;
   for (auto& task : run) {
     segments.push_back(&task->segment);
     sequences += task->segment.batch;
     bytes += task->bytes();
+    session_steps += task->session_step ? 1 : 0;
+    task->timings.reached_backend = true;
   }
   BatchStats batch_stats;
   const absl::Status status =
@@ -447,6 +450,7 @@ void Scheduler::RunBatch(int lane, const BatchKey& key,
   if (observer_ != nullptr) {
     observer_->OnBatchDone(lane, key, n, sequences, bytes, batch_stats,
                            end - start);
+    if (session_steps > 0) observer_->OnSessionStepsPerLaunch(session_steps);
   }
   {
     absl::MutexLock lock(&mu_);

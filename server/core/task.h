@@ -28,6 +28,9 @@ struct TaskTimings {
   absl::Time batch_start = absl::InfinitePast();  // taken by a lane
   absl::Time batch_end = absl::InfinitePast();    // backend returned
   int32_t batch_requests = 0;                     // requests in its batch
+  // The backend was called with this task's batch (its outputs may have
+  // been written, even when the batch failed).
+  bool reached_backend = false;
 };
 
 struct Task {
@@ -44,6 +47,8 @@ struct Task {
   // weight set) until the task is destroyed.
   std::shared_ptr<const void> keepalive;
   TaskTimings timings;
+  // A decode session's step (session_manager.h): counted per backend call.
+  bool session_step = false;
 
   int64_t bytes() const { return segment.bytes_moved(); }
 };

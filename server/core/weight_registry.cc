@@ -75,7 +75,7 @@ absl::Status WeightRegistry::ValidateName(absl::string_view name) {
 absl::StatusOr<std::shared_ptr<const WeightSet>> WeightRegistry::Register(
     std::string name, DType dtype, int64_t dim, int32_t width,
     std::string weight_bytes, absl::optional<std::string> bias_bytes,
-    bool replace) {
+    bool replace, WeightOwner owner, const MayChangeFn& may_replace) {
   if (absl::Status s = ValidateName(name); !s.ok()) return s;
   if (width < 1 || width > kMaxWidth) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -111,6 +111,7 @@ absl::StatusOr<std::shared_ptr<const WeightSet>> WeightRegistry::Register(
   set->has_bias = bias_bytes.has_value();
   set->weight_bytes = std::move(weight_bytes);
   if (bias_bytes.has_value()) set->bias_bytes = std::move(*bias_bytes);
+  set->owner = std::move(owner);
 
   absl::MutexLock lock(&mu_);
   auto it = sets_.find(set->name);
@@ -120,6 +121,9 @@ absl::StatusOr<std::shared_ptr<const WeightSet>> WeightRegistry::Register(
       return absl::AlreadyExistsError(absl::StrCat(
           "weights are already registered under '", set->name,
           "'; set replace to overwrite them"));
+    }
+    if (may_replace) {
+      if (absl::Status s = may_replace(*it->second); !s.ok()) return s;
     }
     freed = it->second->bytes();
   }
@@ -143,12 +147,16 @@ absl::StatusOr<std::shared_ptr<const WeightSet>> WeightRegistry::Register(
   return result;
 }
 
-absl::Status WeightRegistry::Unregister(absl::string_view name) {
+absl::Status WeightRegistry::Unregister(absl::string_view name,
+                                        const MayChangeFn& may_remove) {
   absl::MutexLock lock(&mu_);
   auto it = sets_.find(AsStd(name));
   if (it == sets_.end()) {
     return absl::NotFoundError(
         absl::StrCat("no weights registered under '", name, "'"));
+  }
+  if (may_remove) {
+    if (absl::Status s = may_remove(*it->second); !s.ok()) return s;
   }
   total_bytes_ -= it->second->bytes();
   sets_.erase(it);

@@ -15,6 +15,7 @@
 #define CONV1D_SERVER_CORE_WEIGHT_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,20 @@ namespace conv1d {
 
 inline constexpr size_t kMaxWeightSetNameLength = 128;
 
+// Who registered a set (the frontend's principal; empty when the server
+// authenticates nobody) and whether principals other than its owner may use
+// it. The registry stores it; the frontend's policy reads it.
+struct WeightSet;
+
+struct WeightOwner {
+  std::string principal;
+  bool shared = true;
+};
+
+// Decides whether a registered set may be replaced or removed: OK, or the
+// error to return. Called with the registry lock held; must not call back.
+using MayChangeFn = std::function<absl::Status(const WeightSet& existing)>;
+
 // Immutable once registered; always held through shared_ptr<const>.
 struct WeightSet : std::enable_shared_from_this<WeightSet> {
   std::string name;
@@ -43,6 +58,7 @@ struct WeightSet : std::enable_shared_from_this<WeightSet> {
   bool has_bias = false;
   std::string weight_bytes;  // little-endian [D, W] of dtype
   std::string bias_bytes;    // little-endian [D] of dtype; empty if !has_bias
+  WeightOwner owner;
 
   // Views into the bytes above. Their `owner` keeps this set alive when it
   // is held by a shared_ptr (as every registered set is), and their
@@ -70,14 +86,16 @@ class WeightRegistry {
   // than 128 characters, characters outside [A-Za-z0-9._/-]), "width"
   // outside 1..kMaxWidth, "dim" < 1, "weight" bytes != dim*width*size(dtype),
   // "bias" bytes != dim*size(dtype); ALREADY_EXISTS when `name` is taken and
-  // !replace; RESOURCE_EXHAUSTED when the total would pass max_total_bytes.
+  // !replace; RESOURCE_EXHAUSTED when the total would pass max_total_bytes;
+  // `may_replace`'s error when it refuses to let the existing set go.
   absl::StatusOr<std::shared_ptr<const WeightSet>> Register(
       std::string name, DType dtype, int64_t dim, int32_t width,
       std::string weight_bytes, absl::optional<std::string> bias_bytes,
-      bool replace);
+      bool replace, WeightOwner owner = {}, const MayChangeFn& may_replace = nullptr);
 
-  // NOT_FOUND naming the set when nothing is registered under `name`.
-  absl::Status Unregister(absl::string_view name);
+  // NOT_FOUND naming the set when nothing is registered under `name`;
+  // `may_remove`'s error when it refuses.
+  absl::Status Unregister(absl::string_view name, const MayChangeFn& may_remove = nullptr);
 
   // NOT_FOUND: "no weights registered under '<name>'".
   absl::StatusOr<std::shared_ptr<const WeightSet>> Lookup(

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,12 @@ void FillInfo(const WeightSet& set, v1::WeightsInfo* info) {
   info->set_bytes(set.bytes());
 }
 
+// A weight set's name as the audit line shows it: only valid names are
+// client text that can go into a log line as is.
+std::string AuditName(const std::string& name) {
+  return WeightRegistry::ValidateName(name).ok() ? name : "(invalid name)";
+}
+
 // One compute call: the parsed request and the response the backend writes
 // into, with the tensor bytes kept outside them, owned together by the
 // Task's keepalive.
@@ -48,7 +55,7 @@ struct ComputeCall {
 
 Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
                              WeightRegistry* registry, BackendInfo backend,
-                             Observer* observer)
+                             Observer* observer, SessionManager* sessions)
     : options_(options),
       scheduler_(scheduler),
       registry_(registry),
@@ -58,17 +65,37 @@ Conv1dService::Conv1dService(const ServiceOptions& options, Scheduler* scheduler
                               (options.host_tensors == HostTensors::kAuto &&
                                backend_.host_buffers->page_locked())
                           ? options.host_tensor_min_bytes
-                          : -1) {}
+                          : -1) {
+  if (sessions != nullptr) {
+    sessions_ = std::make_unique<SessionCalls>(sessions, scheduler, registry, options.limits,
+                                               backend_.limits, &next_task_id_);
+  }
+}
+
+Conv1dService::~Conv1dService() = default;
 
 Conv1dService::CallInfo Conv1dService::Begin(const char* method,
                                               grpc::CallbackServerContext* context,
-                                              const grpc::ByteBuffer* request) {
+                                              const grpc::ByteBuffer* request,
+                                              absl::Status* auth_status) {
   CallInfo call;
   call.method = method;
   call.start = absl::Now();
   call.bytes_received = static_cast<int64_t>(request->Length());
   call.request_id = request_ids_.Next(*context);
   observer_->OnRequestStart(method);
+  *auth_status = absl::OkStatus();
+  if (options_.auth != nullptr) {
+    absl::StatusOr<Principal> p = options_.auth->Authenticate(context->client_metadata());
+    if (p.ok()) {
+      call.principal = std::move(*p);
+    } else {
+      *auth_status = p.status();
+    }
+  } else {
+    // Without authentication every caller may do everything.
+    call.principal.role = AuthRole::kAdmin;
+  }
   return call;
 }
 
@@ -105,6 +132,9 @@ void Conv1dService::Finish(grpc::ServerUnaryReactor* reactor,
   finished.request_bytes = call.bytes_received;
   finished.response_bytes = bytes_sent;
   finished.request = call.request;
+  finished.principal = call.principal.name;
+  finished.audit_action = call.audit_action;
+  finished.audit_weights = call.audit_weights;
   LogFinishedCall(finished, context, options_.access_log.get());
   context->AddTrailingMetadata(kRequestIdKey, call.request_id);
   if (retry_hint) AddRetryHint(status, context);
@@ -116,8 +146,13 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
     const char* method, grpc::CallbackServerContext* context,
     const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
     Validate validate, Bind bind) {
-  CallInfo info = Begin(method, context, request);
+  absl::Status auth_status;
+  CallInfo info = Begin(method, context, request, &auth_status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!auth_status.ok()) {
+    Finish(reactor, context, info, nullptr, response, auth_status, /*retry_hint=*/false);
+    return reactor;
+  }
   auto fail = [&](RejectReason reason, const absl::Status& status) {
     observer_->OnRejected(reason);
     Finish(reactor, context, info, nullptr, response, status);
@@ -132,10 +167,24 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
                                               allocate, &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   info.request = &call->request;
+  if constexpr (std::is_same_v<Request, v1::UpdateRequest>) {
+    if (!call->request.session_id().empty()) {
+      SessionUpdate(reactor, context, info, call->request, &call->response,
+                    &call->request_data, call, response);
+      return reactor;
+    }
+  }
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
+  if (valid.weights != nullptr) {
+    status = MayUseWeights(info.principal, *valid.weights);
+    if (!status.ok()) {
+      Finish(reactor, context, info, nullptr, response, status, /*retry_hint=*/false);
+      return reactor;
+    }
+  }
   status = CheckRequestSize(valid, options_.limits);
   if (!status.ok()) return fail(RejectReason::kTooLarge, status);
 
@@ -186,14 +235,15 @@ grpc::ServerUnaryReactor* Conv1dService::Inline(const char* method,
                                                 const grpc::ByteBuffer* request,
                                                 grpc::ByteBuffer* response,
                                                 Handle handle) {
-  CallInfo info = Begin(method, context, request);
+  absl::Status status;
+  CallInfo info = Begin(method, context, request, &status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Request req;
   Response resp;
-  absl::Status status = ParseMessage(*request, &req);
+  if (status.ok()) status = ParseMessage(*request, &req);
   if (status.ok()) {
     info.request = &req;
-    status = handle(req, &resp);
+    status = handle(req, &resp, &info);
   }
   if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
   // A full weight registry does not empty by waiting: no retry hint.
@@ -227,16 +277,23 @@ grpc::ServerUnaryReactor* Conv1dService::RegisterWeights(
     grpc::ByteBuffer* response) {
   return Inline<v1::RegisterWeightsRequest, v1::RegisterWeightsResponse>(
       "RegisterWeights", context, request, response,
-      [this](const v1::RegisterWeightsRequest& req, v1::RegisterWeightsResponse* resp) {
+      [this](const v1::RegisterWeightsRequest& req, v1::RegisterWeightsResponse* resp,
+             CallInfo* call) {
+        call->audit_action = req.replace() ? "replace" : "register";
+        call->audit_weights = AuditName(req.name());
         ValidatedWeights w;
         absl::Status status = ValidateRegisterWeights(req, options_.limits, &w);
         if (!status.ok()) return status;
         // The registry keeps its own copy: the request ends with the call.
         absl::optional<std::string> bias;
         if (w.has_bias) bias = req.bias().data();
-        absl::StatusOr<std::shared_ptr<const WeightSet>> set =
-            registry_->Register(req.name(), w.dtype, w.dim, w.width, req.weight().data(),
-                                std::move(bias), req.replace());
+        const Principal& principal = call->principal;
+        absl::StatusOr<std::shared_ptr<const WeightSet>> set = registry_->Register(
+            req.name(), w.dtype, w.dim, w.width, req.weight().data(), std::move(bias),
+            req.replace(), OwnerFor(principal),
+            [&principal](const WeightSet& existing) {
+              return MayChangeWeights(principal, existing);
+            });
         if (!set.ok()) return set.status();
         FillInfo(**set, resp->mutable_info());
         return absl::OkStatus();
@@ -248,10 +305,16 @@ grpc::ServerUnaryReactor* Conv1dService::UnregisterWeights(
     grpc::ByteBuffer* response) {
   return Inline<v1::UnregisterWeightsRequest, v1::UnregisterWeightsResponse>(
       "UnregisterWeights", context, request, response,
-      [this](const v1::UnregisterWeightsRequest& req, v1::UnregisterWeightsResponse*) {
+      [this](const v1::UnregisterWeightsRequest& req, v1::UnregisterWeightsResponse*,
+             CallInfo* call) {
+        call->audit_action = "unregister";
+        call->audit_weights = AuditName(req.name());
         absl::Status status = WeightRegistry::ValidateName(req.name());
         if (!status.ok()) return status;
-        return registry_->Unregister(req.name());
+        const Principal& principal = call->principal;
+        return registry_->Unregister(req.name(), [&principal](const WeightSet& existing) {
+          return MayChangeWeights(principal, existing);
+        });
       });
 }
 
@@ -260,9 +323,10 @@ grpc::ServerUnaryReactor* Conv1dService::ListWeights(grpc::CallbackServerContext
                                                      grpc::ByteBuffer* response) {
   return Inline<v1::ListWeightsRequest, v1::ListWeightsResponse>(
       "ListWeights", context, request, response,
-      [this](const v1::ListWeightsRequest&, v1::ListWeightsResponse* resp) {
+      [this](const v1::ListWeightsRequest&, v1::ListWeightsResponse* resp, CallInfo* call) {
+        // Only the sets the caller may use.
         for (const std::shared_ptr<const WeightSet>& set : registry_->List()) {
-          FillInfo(*set, resp->add_weights());
+          if (MayUseWeights(call->principal, *set).ok()) FillInfo(*set, resp->add_weights());
         }
         return absl::OkStatus();
       });
@@ -273,7 +337,7 @@ grpc::ServerUnaryReactor* Conv1dService::ServerInfo(grpc::CallbackServerContext*
                                                     grpc::ByteBuffer* response) {
   return Inline<v1::ServerInfoRequest, v1::ServerInfoResponse>(
       "ServerInfo", context, request, response,
-      [this](const v1::ServerInfoRequest&, v1::ServerInfoResponse* resp) {
+      [this](const v1::ServerInfoRequest&, v1::ServerInfoResponse* resp, CallInfo*) {
         resp->set_version(options_.version);
         resp->set_backend(backend_.name);
         for (const std::string& device : backend_.devices) resp->add_devices(device);

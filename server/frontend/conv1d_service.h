@@ -20,6 +20,13 @@
 // The registry RPCs (RegisterWeights, UnregisterWeights, ListWeights) and
 // ServerInfo are answered inline: they touch only host memory.
 //
+// With ServiceOptions::auth, every call first authenticates its bearer token
+// (auth.h): UNAUTHENTICATED without a valid one, before the request is even
+// parsed; compute calls naming a weight set the principal may not use, and
+// weight changes its role does not allow, are PERMISSION_DENIED. Weight
+// changes (register, replace, unregister; allowed or not) carry the
+// principal, the action and the set's name into their access log line.
+//
 // Every call gets a request id (request_log.h), returned as the trailer
 // `x-request-id` and named in the call's debug line and access log line.
 //
@@ -49,7 +56,10 @@
 #include "server/core/observer.h"
 #include "server/core/scheduler.h"
 #include "server/core/weight_registry.h"
+#include "server/core/session_manager.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/request_log.h"
+#include "server/frontend/session_calls.h"
 #include "server/frontend/validation.h"
 #include "server/logging/access_log.h"
 
@@ -61,6 +71,8 @@ struct ServiceOptions {
   std::string version;
   // One line per finished call; null: no access log.
   std::shared_ptr<AccessLog> access_log;
+  // Bearer-token authentication; null: none (every call may do everything).
+  std::shared_ptr<const Authenticator> auth;
   // Compute-request tensors of at least this many bytes are received into,
   // and outputs sent from, the backend's HostBufferProvider memory rather than
   // protobuf strings (wire_tensors.h) when host_tensors says so; -1: never.
@@ -68,19 +80,35 @@ struct ServiceOptions {
   HostTensors host_tensors = HostTensors::kAuto;
 };
 
+// The session methods of conv1d.v1.Conv1d as raw callback methods.
+using RawSessionMethods = v1::Conv1d::WithRawCallbackMethod_Decode<
+    v1::Conv1d::WithRawCallbackMethod_OpenSession<
+        v1::Conv1d::WithRawCallbackMethod_CommitSession<
+            v1::Conv1d::WithRawCallbackMethod_ForkSession<
+                v1::Conv1d::WithRawCallbackMethod_ExportSession<
+                    v1::Conv1d::WithRawCallbackMethod_CloseSession<v1::Conv1d::Service>>>>>>;
+
 // Every method of conv1d.v1.Conv1d as a raw callback method.
 using RawConv1dService = v1::Conv1d::WithRawCallbackMethod_Forward<
     v1::Conv1d::WithRawCallbackMethod_Backward<v1::Conv1d::WithRawCallbackMethod_Update<
         v1::Conv1d::WithRawCallbackMethod_RegisterWeights<
             v1::Conv1d::WithRawCallbackMethod_UnregisterWeights<
                 v1::Conv1d::WithRawCallbackMethod_ListWeights<
-                    v1::Conv1d::WithRawCallbackMethod_ServerInfo<v1::Conv1d::Service>>>>>>>;
+                    v1::Conv1d::WithRawCallbackMethod_ServerInfo<RawSessionMethods>>>>>>>;
 
 class Conv1dService final : public RawConv1dService {
  public:
-  // REQUIRES: every pointer non-null and outliving the service.
+  // REQUIRES: every pointer non-null and outliving the service, except
+  // `sessions`: null when the backend serves no decode sessions (the
+  // session RPCs then answer UNIMPLEMENTED).
   Conv1dService(const ServiceOptions& options, Scheduler* scheduler,
-                WeightRegistry* registry, BackendInfo backend, Observer* observer);
+                WeightRegistry* registry, BackendInfo backend, Observer* observer,
+                SessionManager* sessions = nullptr);
+  ~Conv1dService() override;
+
+  // Drain: every open Decode stream gets its session's state and ends with
+  // UNAVAILABLE; new streams are refused. Returns how many streams it asked.
+  int DrainSessionStreams();
 
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                       const grpc::ByteBuffer* request,
@@ -104,6 +132,25 @@ class Conv1dService final : public RawConv1dService {
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
 
+  // Decode sessions (session_rpcs.cc, decode_stream.h).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Decode(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CommitSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ExportSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+
  private:
   // Parses, validates, binds and submits one compute call; `validate` and
   // `bind` are the op's functions from validation.h.
@@ -114,8 +161,8 @@ class Conv1dService final : public RawConv1dService {
                                     grpc::ByteBuffer* response, Validate validate,
                                     Bind bind);
 
-  // Parses and answers a call handled inline: `handle` fills the response
-  // message or returns an error.
+  // Parses and answers a call handled inline: `handle(request, &response,
+  // &call_info)` fills the response message or returns an error.
   template <typename Request, typename Response, typename Handle>
   grpc::ServerUnaryReactor* Inline(const char* method,
                                    grpc::CallbackServerContext* context,
@@ -131,11 +178,17 @@ class Conv1dService final : public RawConv1dService {
     // The parsed request, described in the debug line; null when it did not
     // parse. Must stay valid until Finish returns.
     const google::protobuf::Message* request = nullptr;
+    // The authenticated caller; empty name when the service has no auth.
+    Principal principal;
+    // Weight changes: "register", "replace" or "unregister", and the set.
+    const char* audit_action = "";
+    std::string audit_weights;
   };
 
-  // Starts a call: its start time, observer report and request id.
+  // Starts a call: its start time, observer report and request id; with
+  // auth, the caller's principal or `*auth_status` UNAUTHENTICATED.
   CallInfo Begin(const char* method, grpc::CallbackServerContext* context,
-                 const grpc::ByteBuffer* request);
+                 const grpc::ByteBuffer* request, absl::Status* auth_status);
 
   // Serializes `message` (when `status` is OK) into `response`, reports and
   // logs the outcome, sends the request id and finishes the call, with a
@@ -149,6 +202,22 @@ class Conv1dService final : public RawConv1dService {
               grpc::ByteBuffer* response, absl::Status status,
               bool retry_hint = true, const DetachedTensors* detached = nullptr);
 
+  // An Update naming a session: a step of that session (session_rpcs.cc).
+  // `keepalive` owns `request`, `message` and `detached` until the call ends.
+  void SessionUpdate(grpc::ServerUnaryReactor* reactor,
+                     grpc::CallbackServerContext* context, const CallInfo& info,
+                     const v1::UpdateRequest& request, v1::UpdateResponse* message,
+                     const DetachedTensors* detached, std::shared_ptr<const void> keepalive,
+                     grpc::ByteBuffer* response);
+
+  // A unary session call answered once `handle` has run: it gets the parsed
+  // request and the response, and returns the outcome (session_rpcs.cc).
+  template <typename Request, typename Response, typename Handle>
+  grpc::ServerUnaryReactor* SessionCall(const char* method,
+                                        grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response, Handle handle);
+
   const ServiceOptions options_;
   Scheduler* const scheduler_;
   WeightRegistry* const registry_;
@@ -158,6 +227,8 @@ class Conv1dService final : public RawConv1dService {
   const int64_t host_min_bytes_;
   std::atomic<uint64_t> next_task_id_{1};
   RequestIds request_ids_;
+  // Null when the backend serves no sessions.
+  std::unique_ptr<SessionCalls> sessions_;
 };
 
 }  // namespace conv1d

@@ -125,6 +125,9 @@ void LogFinishedCall(const FinishedCall& call, grpc::ServerContextBase* context,
     record.latency_us = latency_us;
     record.request_bytes = call.request_bytes;
     record.response_bytes = call.response_bytes;
+    record.principal = call.principal;
+    record.action = call.audit_action;
+    record.weights = call.audit_weights;
     access_log->Record(record);
   }
 }

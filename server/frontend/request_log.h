@@ -69,6 +69,12 @@ struct FinishedCall {
   int64_t response_bytes = 0;
   // The parsed request; null when it did not parse.
   const google::protobuf::Message* request = nullptr;
+  // The authenticated principal; empty without authentication.
+  std::string_view principal;
+  // Weight changes: "register", "replace" or "unregister" and the set's
+  // (valid) name; empty for other calls.
+  std::string_view audit_action;
+  std::string_view audit_weights;
 };
 
 // Writes the call's debug line (when debug is on) and its access log line

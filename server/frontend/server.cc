@@ -9,6 +9,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/core/clock.h"
 #include "server/frontend/conv1d_service.h"
+#include "server/frontend/listen_address.h"
 #include "server/metrics/prometheus_observer.h"
 #include "spdlog/spdlog.h"
 
@@ -25,8 +26,17 @@ namespace {
 constexpr char kServiceName[] = "conv1d.v1.Conv1d";
 
 absl::Status CheckOptions(const ServerOptions& o) {
-  if (o.listen_address.empty()) {
-    return absl::InvalidArgumentError("listen: must not be empty");
+  if (absl::Status s = CheckListenAddress("listen", o.listen_address); !s.ok()) return s;
+  if (!o.metrics_listen_address.empty() && o.observer == nullptr) {
+    if (absl::Status s = CheckListenAddress("metrics_listen", o.metrics_listen_address);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (o.auth != nullptr && !o.auth_health_open && !o.tls.enabled()) {
+    return absl::InvalidArgumentError(
+        "--auth_health_open=false: needs --tls_cert and --tls_key (the check that "
+        "covers health and reflection runs on TLS listeners only)");
   }
   if (o.max_message_bytes < kMinMessageBytes || o.max_message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -82,6 +92,10 @@ std::string ServerVersion() {
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  if (absl::Status s = CheckTlsFiles(options.metrics_tls, "metrics_tls_"); !s.ok()) return s;
   std::unique_ptr<Server> server(new Server());
   server->drain_grace_ = options.drain_grace;
 
@@ -95,6 +109,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
     metrics_options.listen_address = options.metrics_listen_address;
     metrics_options.version = CONV1D_VERSION;
     metrics_options.git_sha = CONV1D_GIT_SHA;
+    metrics_options.tls_cert_file = options.metrics_tls.cert_file;
+    metrics_options.tls_key_file = options.metrics_tls.key_file;
+    metrics_options.tls_client_ca_file = options.metrics_tls.client_ca_file;
     absl::StatusOr<std::unique_ptr<PrometheusObserver>> prom =
         PrometheusObserver::Create(metrics_options);
     if (!prom.ok()) return prom.status();
@@ -121,6 +138,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
 
   server->registry_ =
       std::make_unique<WeightRegistry>(server->observer_, options.max_weight_bytes);
+  StateSlotsOptions slot_options;
+  slot_options.slot_bytes = options.session_state_bytes;
+  slot_options.num_slots = options.max_sessions;
+  if (absl::Status s = ValidateStateSlotsOptions(slot_options); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<StateSlots>> slots =
+      server->backend_->CreateStateSlots(slot_options);
+  if (slots.ok()) {
+    server->state_slots_ = std::move(*slots);
+    SessionManagerOptions session_options;
+    session_options.idle_timeout_s = options.session_idle_timeout_s;
+    absl::StatusOr<std::unique_ptr<SessionManager>> manager = SessionManager::Create(
+        session_options, server->state_slots_.get(),
+        options.session_clock != nullptr ? options.session_clock : Clock::Real(),
+        server->observer_);
+    if (!manager.ok()) return manager.status();
+    server->session_manager_ = std::move(*manager);
+  } else if (absl::IsUnimplemented(slots.status())) {
+    spdlog::info("decode sessions off: {}", std::string(slots.status().message()));
+  } else {
+    return slots.status();
+  }
+
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(
       options.scheduler, server->backend_.get(), Clock::Real(), server->observer_);
   if (!scheduler.ok()) return scheduler.status();
@@ -129,6 +168,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   ServiceOptions service_options;
   service_options.version = ServerVersion();
   service_options.access_log = options.access_log;
+  service_options.auth = options.auth;
   service_options.host_tensor_min_bytes = options.host_tensor_min_bytes;
   service_options.host_tensors = options.host_tensors;
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
@@ -136,14 +176,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
                                                  : options.max_message_bytes;
   server->service_ = std::make_unique<Conv1dService>(
       service_options, server->scheduler_.get(), server->registry_.get(),
-      BackendInfo::Of(*server->backend_), server->observer_);
+      BackendInfo::Of(*server->backend_), server->observer_, server->session_manager_.get());
 
   // Both are process-wide switches read by the next BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->bound_port_);
+  if (options.auth != nullptr && !options.auth_health_open) {
+    (*credentials)->SetAuthMetadataProcessor(
+        std::make_shared<TokenAuthProcessor>(options.auth.get()));
+  }
+  builder.AddListeningPort(options.listen_address, *credentials, &server->bound_port_);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
+  // same port and take half of its connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_connection_age_ms > 0) {
@@ -158,8 +204,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   if (server->grpc_server_ == nullptr || server->bound_port_ == 0) {
     if (server->grpc_server_ != nullptr) server->grpc_server_->Shutdown();
     server->grpc_server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("listen: cannot serve gRPC on ", options.listen_address));
+    const std::string why = BindError(options.listen_address);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: cannot serve gRPC on ", options.listen_address,
+                     why.empty() ? "" : absl::StrCat(": ", why)));
   }
   server->SetServing(true);
   server->health_watch_ = std::thread([s = server.get()] { s->WatchBackendHealth(); });
@@ -220,6 +268,10 @@ void Server::Shutdown(absl::Time deadline) {
   // NOT_SERVING yet are still answered.
   const absl::Time grace_end = std::min(absl::Now() + drain_grace_, deadline);
   absl::SleepFor(std::max(grace_end - absl::Now(), absl::ZeroDuration()));
+  // Streams are never "in flight" to completion: each gets its state and
+  // UNAVAILABLE now, so its client resumes elsewhere with nothing lost.
+  const int streams = service_->DrainSessionStreams();
+  if (streams > 0) spdlog::info("draining: {} Decode streams sent their state", streams);
   // Stops accepting; waits for in-flight calls until the deadline, then
   // cancels them (the scheduler drops cancelled tasks before compute).
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));

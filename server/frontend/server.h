@@ -7,7 +7,8 @@
 //
 // Lifecycle: Create() builds everything and starts serving; health reports
 // SERVING from then on. Shutdown() drains: health NOT_SERVING first, then
-// (after drain_grace) the listener stops accepting, in-flight calls finish
+// (after drain_grace) every open Decode stream gets its session's state and
+// ends with UNAVAILABLE, the listener stops accepting, in-flight calls finish
 // (calls still running at the deadline are cancelled), the scheduler drains
 // and its lanes stop. The destructor shuts down if that has not happened.
 //
@@ -29,9 +30,14 @@
 #include "grpcpp/grpcpp.h"
 #include "server/core/backend.h"
 #include "server/core/observer.h"
+#include "server/core/clock.h"
 #include "server/core/scheduler.h"
+#include "server/core/session_manager.h"
+#include "server/core/state_slots.h"
 #include "server/core/weight_registry.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/backend_factory.h"
+#include "server/frontend/tls.h"
 #include "server/frontend/wire_tensors.h"
 #include "server/logging/access_log.h"
 
@@ -46,9 +52,25 @@ inline constexpr int64_t kMaxConnectionAgeMs = 0x7fffffff;
 
 struct ServerOptions {
   // host:port of the gRPC listener; port 0 picks a free one (bound_port()).
-  std::string listen_address = "0.0.0.0:50051";
+  // Loopback by default: a container or host that serves others passes
+  // 0.0.0.0 (or [::]) explicitly. The port is never shared (no
+  // SO_REUSEPORT): a taken port fails Create.
+  std::string listen_address = "127.0.0.1:50051";
   // host:port of the Prometheus endpoint; empty serves no metrics.
-  std::string metrics_listen_address = "0.0.0.0:8002";
+  std::string metrics_listen_address = "127.0.0.1:8002";
+  // TLS (and with a client CA, mTLS) of the gRPC listener; plaintext when
+  // empty (tls.h).
+  TlsOptions tls;
+  // TLS of the metrics endpoint (same fields; reload_interval_s unused:
+  // its certificate and key are re-read when their files change).
+  TlsOptions metrics_tls;
+  // Bearer-token authentication (auth.h); null: every call is allowed.
+  // Shared so that the owner (conv1d_server's SIGHUP handler) can Reload it.
+  std::shared_ptr<const Authenticator> auth;
+  // With `auth`: whether grpc.health.v1 and reflection answer without a
+  // token (probes). false needs `tls` (gRPC runs the check that covers
+  // every service on TLS listeners only).
+  bool auth_health_open = true;
   // Which backend, its threads and lanes (backend_factory.h).
   BackendChoice backend;
   SchedulerOptions scheduler;
@@ -82,6 +104,17 @@ struct ServerOptions {
   // 0 .. kMaxConnectionAgeMs; unused while max_connection_age_ms is 0.
   int64_t max_connection_age_grace_ms = 30000;
 
+  // Decode sessions (docs/sessions.md): bytes of one state slot (the largest
+  // session state [B, D, state_len + max_draft_tokens] served), slots in the
+  // pool (the most sessions open at once; a full pool refuses new ones), and
+  // how long an idle session lives (0: for ever). The pool is taken at start
+  // from the backend; a backend without session support serves none.
+  int64_t session_state_bytes = int64_t{256} << 10;
+  int32_t max_sessions = 256;
+  int64_t session_idle_timeout_s = 300;
+  // Clock of the session idle timeouts; null: the real clock. Not owned.
+  Clock* session_clock = nullptr;
+
   // Test hooks. A non-null `backend_instance` is used instead of building
   // `backend`; a non-null `observer` (not owned, must outlive the Server)
   // replaces the metrics observer and metrics_listen_address is ignored.
@@ -94,9 +127,10 @@ std::string ServerVersion();
 
 class Server {
  public:
-  // INVALID_ARGUMENT naming the option for a bad value; the backend's, the
-  // scheduler's or the metrics endpoint's error; UNAVAILABLE when the
-  // listener cannot bind.
+  // INVALID_ARGUMENT naming the option for a bad value (also for a listen
+  // address that is not host:port with a port in 0..65535, and for a port
+  // that cannot be bound, e.g. taken); the backend's or the scheduler's
+  // error.
   static absl::StatusOr<std::unique_ptr<Server>> Create(ServerOptions options);
   ~Server();
 
@@ -110,6 +144,8 @@ class Server {
   const Backend& backend() const { return *backend_; }
   std::vector<std::string> devices() const { return backend_->devices(); }
   WeightRegistry* registry() { return registry_.get(); }
+  // Null when the backend serves no sessions.
+  SessionManager* sessions() { return session_manager_.get(); }
   SchedulerStats scheduler_stats() const { return scheduler_->stats(); }
   int64_t queued_requests() const { return scheduler_->queued_requests(); }
   // False once Shutdown has begun.
@@ -133,6 +169,9 @@ class Server {
   Observer* observer_ = nullptr;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<WeightRegistry> registry_;
+  // Session steps in the scheduler use both: they outlive it.
+  std::unique_ptr<StateSlots> state_slots_;
+  std::unique_ptr<SessionManager> session_manager_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Conv1dService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

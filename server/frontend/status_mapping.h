@@ -1,7 +1,8 @@
 // The one place where the service's absl::Status values become gRPC statuses.
 //
-// Used by every handler of the gRPC frontend (conv1d_service.cc) and by
-// nothing below it: the core, scheduler and backends speak absl::Status only.
+// Used by every handler of the gRPC frontend (conv1d_service.cc), by the
+// token check that runs before handlers (auth.cc: UNAUTHENTICATED,
+// PERMISSION_DENIED pass through unchanged) and by nothing below them: the core, scheduler and backends speak absl::Status only.
 // absl::StatusCode and grpc::StatusCode share their numbering (both follow
 // google.rpc.Code), so the mapping keeps the code and the message; what it
 // adds is the retry hint for overload answers.

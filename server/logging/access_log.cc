@@ -128,6 +128,13 @@ void AccessLog::Record(const AccessRecord& r) {
                    "\",\"code\":\"{}\",\"latency_us\":{},\"request_bytes\":{},"
                    "\"response_bytes\":{}",
                    code, r.latency_us, r.request_bytes, r.response_bytes);
+    for (const auto& [key, value] : {std::pair<const char*, std::string_view>{"principal", r.principal},
+                                     {"action", r.action}, {"weights", r.weights}}) {
+      if (value.empty()) continue;
+      fmt::format_to(out, ",\"{}\":\"", key);
+      AppendJsonEscaped(value, &fields);
+      Append("\"", &fields);
+    }
   } else {
     // The request id is sanitized by the frontend and the peer comes from
     // gRPC, so neither can break the line.
@@ -136,6 +143,10 @@ void AccessLog::Record(const AccessRecord& r) {
                    "request_bytes={} response_bytes={}",
                    r.peer, r.method, r.request_id, code, r.latency_us, r.request_bytes,
                    r.response_bytes);
+    // Principals and set names are checked against narrow character sets
+    // (auth.h, weight_registry.h), so they cannot break the line either.
+    if (!r.principal.empty()) fmt::format_to(out, " principal={}", r.principal);
+    if (!r.action.empty()) fmt::format_to(out, " action={} weights={}", r.action, r.weights);
   }
   logger_->log(spdlog::level::info, spdlog::string_view_t(fields.data(), fields.size()));
 }

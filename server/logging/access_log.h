@@ -5,7 +5,9 @@
 //   request_id=3f2a9c10-17 code=OK latency_us=812 request_bytes=1090
 //   response_bytes=1040
 //
-// (one line), JSON:
+// (one line), with `principal=alice` when the server authenticates callers,
+// and for weight changes (the audit trail, allowed or refused)
+// `action=register|replace|unregister weights=<set name>`. JSON:
 //
 //   {"ts":"2024-05-01T12:34:56.123456Z","logger":"access",
 //    "peer":"ipv4:127.0.0.1:41234","method":"Forward","request_id":"3f2a9c10-17",
@@ -49,6 +51,10 @@ struct AccessRecord {
   int64_t latency_us = 0;       // handler start to the response being sent
   int64_t request_bytes = 0;    // serialized request message
   int64_t response_bytes = 0;   // serialized response message (0 on errors)
+  // Empty values are left out of the line.
+  std::string_view principal;   // authenticated caller (auth.h)
+  std::string_view action;      // weight changes: register, replace, unregister
+  std::string_view weights;     // weight changes: the set's name
 };
 
 class AccessLog {

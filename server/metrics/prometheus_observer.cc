@@ -23,7 +23,8 @@ namespace {
 // rate() and increase() see a zero before the first request.
 constexpr const char* kKnownMethods[] = {
     "Forward",     "Backward",    "Update",    "RegisterWeights",
-    "UnregisterWeights", "ListWeights", "ServerInfo"};
+    "UnregisterWeights", "ListWeights", "ServerInfo", "Decode", "OpenSession",
+    "CommitSession", "ForkSession", "ExportSession", "CloseSession"};
 
 // Codes whose series are created up front for every method: the ones the
 // service returns in normal operation, so error ratios start from zero.
@@ -108,11 +109,12 @@ PrometheusObserver::PrometheusObserver()
     : registry_(std::make_shared<prometheus::Registry>()) {}
 
 PrometheusObserver::~PrometheusObserver() {
-  if (exposer_ == nullptr || bound_port_ <= 0) return;
+  tls_proxy_.reset();  // before the exporter it forwards to
+  if (exposer_ == nullptr || exporter_port_ <= 0) return;
   std::atomic<bool> stopped{false};
   std::thread waker([&] {
     while (!stopped.load(std::memory_order_acquire)) {
-      PokeListener(wake_host_, bound_port_);
+      PokeListener(wake_host_, exporter_port_);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
@@ -133,18 +135,42 @@ absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
   }
   if (options.listen_address.empty()) return obs;
   try {
-    // One thread serves scrapes; a second lets a slow scraper not block
-    // another (Prometheus plus a human with curl).
-    obs->exposer_ =
-        std::make_unique<prometheus::Exposer>(options.listen_address, 2);
+    // Each civetweb thread serves one connection at a time: enough of them
+    // that idle connections do not hold up a scrape, and a timeout that
+    // closes a connection which sends no request.
+    // With TLS the exporter serves plain HTTP on loopback only, behind the
+    // proxy that terminates TLS (metrics_tls.h).
+    const bool tls = !options.tls_cert_file.empty();
+    const std::string exporter_address = tls ? "127.0.0.1:0" : options.listen_address;
+    std::vector<std::string> civet_options = {
+        "listening_ports", exporter_address,
+        "num_threads", std::to_string(kMetricsThreads),
+        "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)};
+    obs->exposer_ = std::make_unique<prometheus::Exposer>(std::move(civet_options));
     obs->exposer_->RegisterCollectable(obs->registry_);
     std::vector<int> ports = obs->exposer_->GetListeningPorts();
-    obs->bound_port_ = ports.empty() ? 0 : ports.front();
-    obs->wake_host_ = WakeHost(options.listen_address);
+    obs->exporter_port_ = ports.empty() ? 0 : ports.front();
+    obs->bound_port_ = obs->exporter_port_;
+    obs->wake_host_ = WakeHost(exporter_address);
+    if (tls) {
+      MetricsTlsOptions proxy;
+      proxy.listen_address = options.listen_address;
+      proxy.upstream_port = obs->exporter_port_;
+      proxy.cert_file = options.tls_cert_file;
+      proxy.key_file = options.tls_key_file;
+      proxy.client_ca_file = options.tls_client_ca_file;
+      proxy.max_connections = kMetricsThreads;
+      proxy.timeout_ms = kMetricsRequestTimeoutMs;
+      absl::StatusOr<std::unique_ptr<MetricsTlsProxy>> made =
+          MetricsTlsProxy::Create(std::move(proxy));
+      if (!made.ok()) return made.status();
+      obs->tls_proxy_ = std::move(*made);
+      obs->bound_port_ = obs->tls_proxy_->bound_port();
+    }
   } catch (const std::exception& e) {
     obs->exposer_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on '", options.listen_address,
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_listen: cannot listen on '", options.listen_address,
                      "' (address in use or malformed host:port): ", e.what()));
   }
   return obs;
@@ -158,6 +184,7 @@ void PrometheusObserver::BuildFamilies(const MetricsOptions& options) {
 
   version_ = options.version;
   git_sha_ = options.git_sha;
+  sessions_ = std::make_unique<SessionMetrics>(r, DurationBuckets(), CountBuckets());
   build_info_family_ =
       &BuildGauge()
            .Name("conv1d_build_info")

@@ -1,6 +1,11 @@
 // PrometheusObserver: the Observer that turns the server's hooks into
 // Prometheus metrics (prometheus-cpp) and serves them as text exposition on
-// their own HTTP port (`--metrics_listen`, default 0.0.0.0:8002, /metrics).
+// their own HTTP port (`--metrics_listen`, default 127.0.0.1:8002, /metrics),
+// or HTTPS through MetricsTlsProxy (metrics_tls.h).
+// The port's web server runs
+// kMetricsThreads threads and drops a connection that sends no complete
+// request within kMetricsRequestTimeoutMs, so idle or slow connections do
+// not hold up scrapes.
 // Every metric is listed in docs/metrics.md.
 //
 // Used by the server's main: it creates one, hands it to the frontend, the
@@ -31,13 +36,27 @@
 #include "prometheus/registry.h"
 #include "server/core/observer.h"
 #include "server/metrics/lazy_children.h"
+#include "server/metrics/session_metrics.h"
+#include "server/metrics/metrics_tls.h"
 
 namespace conv1d {
+
+// Web server threads of the metrics port: each serves one connection at a
+// time, so this many idle connections (up to the timeout below) are needed
+// to delay a scrape.
+inline constexpr int kMetricsThreads = 8;
+// A connection that has not sent a whole request by then is closed.
+inline constexpr int kMetricsRequestTimeoutMs = 5000;
 
 struct MetricsOptions {
   // host:port for the HTTP endpoint; port 0 picks a free port (see
   // bound_port()). Empty: collect only, serve nothing (Render() still works).
-  std::string listen_address = "0.0.0.0:8002";
+  std::string listen_address = "127.0.0.1:8002";
+  // HTTPS (metrics_tls.h): PEM certificate chain and key, both or neither;
+  // with a client CA, scrapers must present a certificate signed by it.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   // Reported as labels of conv1d_build_info.
   std::string version;
   std::string git_sha;
@@ -47,7 +66,8 @@ struct MetricsOptions {
 
 class PrometheusObserver final : public Observer {
  public:
-  // Fails (UNAVAILABLE, naming the address) when the port cannot be bound.
+  // Fails (INVALID_ARGUMENT, naming the address) when the port cannot be
+  // bound, UNAVAILABLE when the TLS files cannot be loaded.
   static absl::StatusOr<std::unique_ptr<PrometheusObserver>> Create(
       const MetricsOptions& options);
   ~PrometheusObserver() override;
@@ -83,6 +103,14 @@ class PrometheusObserver final : public Observer {
   void OnDeviceError(int device, const std::string& message) override;
   void OnHostPoolMiss(int64_t bytes) override;
   void OnServingChanged(bool serving) override;
+  void OnSessionEvent(SessionEvent event, int64_t open_sessions,
+                      int64_t slot_bytes_in_use) override {
+    sessions_->OnEvent(event, open_sessions, slot_bytes_in_use);
+  }
+  void OnSessionStep(absl::Duration latency) override { sessions_->OnStep(latency); }
+  void OnSessionStepsPerLaunch(int32_t steps) override {
+    sessions_->OnStepsPerLaunch(steps);
+  }
 
   // Histogram bucket bounds, exposed for tests and docs.
   static std::vector<double> DurationBuckets();  // 10 µs .. 10 s
@@ -161,6 +189,7 @@ class PrometheusObserver final : public Observer {
   prometheus::Family<prometheus::Gauge>* pool_bytes_ = nullptr;
   prometheus::Family<prometheus::Counter>* device_errors_ = nullptr;
   prometheus::Counter* host_pool_misses_ = nullptr;
+  std::unique_ptr<SessionMetrics> sessions_;
 
   // Known methods, in a fixed order; others land in extra_methods_.
   std::vector<std::unique_ptr<MethodSeries>> methods_;
@@ -187,8 +216,10 @@ class PrometheusObserver final : public Observer {
 
   // Declared last: destroyed first, so no scrape runs during teardown.
   std::unique_ptr<prometheus::Exposer> exposer_;
-  int bound_port_ = 0;
-  std::string wake_host_;  // where to connect to unblock the listener on stop
+  int bound_port_ = 0;     // what scrapers connect to
+  int exporter_port_ = 0;  // the exporter's own (loopback with TLS)
+  std::string wake_host_;  // where to connect to unblock the exporter on stop
+  std::unique_ptr<MetricsTlsProxy> tls_proxy_;
 };
 
 }  // namespace conv1d

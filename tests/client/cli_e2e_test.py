@@ -3,7 +3,8 @@
 
 usage: cli_e2e_test.py SERVER CLIENT
 Checks: health exits 0 when SERVING; forward/backward/update --verify exit 0
-against the cpu backend and 1 against the echo backend (wrong answers);
+against the cpu backend and 1 against the echo backend (wrong answers), and
+so does decode (a decode session, steps joined and checked as a Forward);
 registered weights; .npy in and out against a NumPy float64 reference.
 """
 import os
@@ -48,6 +49,14 @@ class CliAgainstCpu(unittest.TestCase):
             r = self.cli("--verify", "--seed=7", *args)
             self.assertEqual(r.returncode, 0, args)
             self.assertIn("verify           OK", r.stdout)
+
+    def test_decode_session_verify(self):
+        for args in (["--shape=2x64x50", "--step_tokens=3"],
+                     ["--shape=1x32x20", "--dtype=bf16", "--layout=cl", "--state_len=6"]):
+            r = self.cli("decode", "--verify", "--seed=5", *args)
+            self.assertEqual(r.returncode, 0, (args, r.stderr))
+            self.assertIn("verify           OK", r.stdout)
+            self.assertIn("step latency", r.stdout)
 
     def test_registered_weights(self):
         common = ["--weights_name=cli_test_w", "--shape=1x40x10", "--seed=3"]
@@ -97,6 +106,11 @@ class CliAgainstEcho(unittest.TestCase):
     def test_verify_fails_on_wrong_answers(self):
         with Server(SERVER, CLIENT, "--backend=echo") as srv:
             r = run([CLIENT, f"--target={srv.target}", "forward", "--verify",
+                     "--shape=1x16x20"])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("wrong answer", r.stderr)
+            # The echo backend keeps sessions too, and its y is x: wrong.
+            r = run([CLIENT, f"--target={srv.target}", "decode", "--verify",
                      "--shape=1x16x20"])
             self.assertEqual(r.returncode, 1)
             self.assertIn("wrong answer", r.stderr)

@@ -4,6 +4,8 @@
 // (which checks that the client's copy of health.proto matches the wire).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -53,9 +55,14 @@ class FakeService final : public v1::Conv1d::Service {
     for (int i = 0; i < 100 && !ctx->IsCancelled(); ++i) absl::SleepFor(absl::Milliseconds(10));
     return grpc::Status::OK;
   }
-  grpc::Status ServerInfo(grpc::ServerContext*, const v1::ServerInfoRequest*,
+  grpc::Status ServerInfo(grpc::ServerContext* ctx, const v1::ServerInfoRequest*,
                           v1::ServerInfoResponse* resp) override {
     resp->set_backend("fake");
+    // Echoes the authorization metadata, so tests can see what was sent.
+    auto it = ctx->client_metadata().find("authorization");
+    if (it != ctx->client_metadata().end()) {
+      resp->set_version(std::string(it->second.data(), it->second.size()));
+    }
     return grpc::Status::OK;
   }
 };
@@ -241,6 +248,56 @@ TEST_F(ClientTest, HealthFollowsTheServer) {
   ASSERT_TRUE(async.ok());
   EXPECT_EQ(*async, HealthStatus::kNotServing);
   EXPECT_EQ(c->Health("no.such.Service").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, SendsTheBearerTokenWithEveryCall) {
+  const std::string file = ::testing::TempDir() + "/client_token";
+  std::ofstream(file) << "tok-123456789abcdef\nsecond line ignored\n";
+  for (bool from_file : {false, true}) {
+    ClientOptions o;
+    o.targets = {target_};
+    if (from_file) {
+      o.security.token_file = file;
+    } else {
+      o.security.token = "tok-abcdef0123456789";
+    }
+    absl::StatusOr<std::unique_ptr<Conv1dClient>> c = Conv1dClient::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<v1::ServerInfoResponse> info = (*c)->ServerInfo();
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->version(), from_file ? "Bearer tok-123456789abcdef"
+                                           : "Bearer tok-abcdef0123456789");
+    }
+  }
+  std::remove(file.c_str());
+  absl::StatusOr<v1::ServerInfoResponse> none = MakeClient()->ServerInfo();
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->version(), "");
+}
+
+TEST_F(ClientTest, SecurityOptionsThatDoNotGoTogetherAreRefused) {
+  const struct {
+    ClientSecurity security;
+    std::string want;
+  } cases[] = {
+      {{"", "c.pem", "", "", ""}, "tls_cert: needs tls_key"},
+      {{"", "", "k.pem", "", ""}, "tls_key: needs tls_cert"},
+      {{"", "c.pem", "k.pem", "", ""}, "tls_cert: needs tls_ca"},
+      {{"/nonexistent/ca.pem", "", "", "", ""}, "tls_ca: cannot read"},
+      {{"", "", "", "t", "/nonexistent"}, "token: give token or token_file"},
+      {{"", "", "", "", "/nonexistent/token"}, "token_file: cannot read"},
+      {{"", "", "", "a b", ""}, "token: has a space"},
+  };
+  for (const auto& c : cases) {
+    ClientOptions o;
+    o.targets = {target_};
+    o.security = c.security;
+    absl::StatusOr<std::unique_ptr<Conv1dClient>> made = Conv1dClient::Create(o);
+    ASSERT_FALSE(made.ok()) << c.want;
+    EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(made.status().message().find(c.want), std::string::npos) << made.status();
+  }
 }
 
 TEST_F(ClientTest, UnreachableServerIsUnavailable) {

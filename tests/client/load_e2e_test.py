@@ -8,8 +8,9 @@ JSON and CSV parse and carry the same fields and values, --duration_s is the
 measured time per step in windows of --window_s, open loop holds its rate, an
 overloaded server's RESOURCE_EXHAUSTED answers are reported by code with exit
 status 1 (0 with --allow_errors, still reported), sampled verification against
-the CPU backend counts no wrong answer, and the progress line is drawn on a
-terminal only.
+the CPU backend counts no wrong answer, the progress line is drawn on a
+terminal only, and session workloads (session, unary-decode-fwd) check every
+step (none wrong against cpu, wrong against echo).
 """
 import csv
 import json
@@ -196,6 +197,33 @@ class LoadAgainstCpu(unittest.TestCase):
         self.assertEqual(s["wrong"], 0, s)
         self.assertEqual(rep["wrong_answers"], 0)
         self.assertIn(f"verified {s['verified']} wrong 0", r.stdout)
+
+    def test_session_modes_check_every_step(self):
+        out = os.path.join(tmpdir(), "s.csv")
+        with Server(SERVER, CLIENT, "--backend=cpu", "--threads=1") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--mode=session,unary-decode-fwd",
+                     "--concurrency=1,3", "--shape=2x64x2", "--duration_s=0.4",
+                     "--warmup_s=0.1", "--chain_steps=40", f"--csv={out}"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([(x["mode"], x["concurrency"]) for x in rows],
+                         [("session", "1"), ("unary-decode-fwd", "1"),
+                          ("session", "3"), ("unary-decode-fwd", "3")])
+        for x in rows:
+            self.assertGreater(int(x["steps"]), 0, x)
+            self.assertEqual(int(x["errors"]), 0, x)
+            self.assertEqual(int(x["wrong"]), 0, x)
+            self.assertGreater(float(x["steps_per_s"]), 0, x)
+            self.assertLessEqual(float(x["p50_us"]), float(x["p99_us"]), x)
+        self.assertIn("total: 0 errors, 0 wrong steps", r.stdout)
+
+    def test_session_mode_finds_wrong_steps(self):
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--mode=session", "--concurrency=1",
+                     "--shape=1x16x1", "--duration_s=0.2", "--warmup_s=0"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("wrong steps", r.stderr)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ usage: python_client_test.py SERVER CLIENT   (PYTHONPATH: stubs + package)
 import sys
 import unittest
 
+import grpc
 import numpy as np
 
 from conv1d_client import Client, bf16_to_float32, float32_to_bf16
@@ -107,6 +108,46 @@ class PythonClient(unittest.TestCase):
         np.testing.assert_array_equal(new_state, ref_state.astype(np.float32))
         self.c.unregister_weights("py_test_w")
         self.assertNotIn("py_test_w", [i.name for i in self.c.list_weights()])
+
+    def test_decode_session_chain_commit_fork_equal_the_reference(self):
+        x, w, b, _ = self.data(2, 8, 40, 4)
+        ref, ref_state = reference_forward(x, w, b)
+        with self.c.decode(w, b, batch=2, max_draft_tokens=2, prefill=x[:, :, :10]) as s:
+            ys = [s.prefill_y]
+            for t in range(10, 40, 4):
+                n = min(4, 40 - t)
+                draft = np.concatenate(
+                    [x[:, :, t:t + n], self.rng.uniform(-1, 1, (2, 8, 2)).astype(np.float32)],
+                    axis=2)
+                ys.append(s.step(draft)[:, :, :n])
+                s.commit(n)  # the two extra draft tokens roll back
+            np.testing.assert_allclose(np.concatenate(ys, axis=2), ref, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(s.export(), ref_state.astype(np.float32))
+            fork_id = s.fork()
+        # The fork outlives its stream; take it over on a new one.
+        tail = self.rng.uniform(-1, 1, (2, 8, 5)).astype(np.float32)
+        with self.c.decode(session_id=fork_id) as f:
+            y = f.step(tail)
+        full = np.concatenate([x, tail], axis=2)
+        ref_full, _ = reference_forward(full, w, b)
+        np.testing.assert_allclose(y, ref_full[:, :, 40:], rtol=1e-5, atol=1e-6)
+
+    def test_unary_session_and_errors(self):
+        x, w, b, _ = self.data(1, 8, 12, 4)
+        opened = self.c.open_session(w, b, batch=1)
+        ys = [self.c.session_step(opened.session_id, x[:, :, t:t + 3]) for t in range(0, 12, 3)]
+        ref, ref_state = reference_forward(x, w, b)
+        np.testing.assert_allclose(np.concatenate(ys, axis=2), ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(self.c.export_session(opened.session_id),
+                                      ref_state.astype(np.float32))
+        with self.assertRaises(grpc.RpcError) as e:
+            self.c.session_step(opened.session_id, x[:, :4, :1])
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("x.shape[1]", e.exception.details())
+        self.c.close_session(opened.session_id)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.c.session_step(opened.session_id, x[:, :, :1])
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
 
     def test_bf16_conversion_rounds_to_nearest_even(self):
         v = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -2.5], dtype=np.float32)

@@ -33,7 +33,9 @@ TEST(ServerBinary, HelpListsTheFlags) {
         "--max_connection_age_s", "--max_connection_age_grace_s",
         "--log_level", "--log_format", "--access_log", "--completion_threads", "--completion_chunk",
         "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes",
-        "--malloc_arena_max"}) {
+        "--malloc_arena_max", "--tls_cert", "--tls_key", "--tls_client_ca",
+        "--tls_reload_interval_s", "--metrics_tls_cert", "--metrics_tls_key",
+        "--metrics_tls_client_ca", "--auth_tokens_file", "--auth_health_open"}) {
     EXPECT_THAT(out, HasSubstr(flag));
   }
 }
@@ -59,6 +61,12 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--max_connection_age_s=3000000"}, "--max_connection_age_s: 3e+06"},
       {{"--max_connection_age_grace_s=0.0001"}, "--max_connection_age_grace_s: 0.0001"},
       {{"stray_argument"}, "unexpected argument 'stray_argument'"},
+      {{"--tls_cert=/nonexistent.pem"}, "--tls_key: must be given with --tls_cert"},
+      {{"--tls_cert=/nonexistent.pem", "--tls_key=/nonexistent.key"},
+       "--tls_cert: cannot read '/nonexistent.pem'"},
+      {{"--tls_client_ca=/nonexistent.pem"}, "--tls_client_ca: needs --tls_cert"},
+      {{"--metrics_tls_key=/nonexistent.key"}, "--metrics_tls_cert: must be given"},
+      {{"--auth_tokens_file=/nonexistent-tokens"}, "--auth_tokens_file: cannot read"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> full = args;

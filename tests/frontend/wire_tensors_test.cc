@@ -435,7 +435,7 @@ TEST(WireTensorsParseDeathTest, DeclaredDataLengthOf2To31DoesNotCrash) {
   ASSERT_FALSE(v1::BackwardRequest().ParseFromString(bytes));
   EXPECT_EXIT(
       {
-        // Heap memory of the size asked for, as Backend::AllocateHostBuffer.
+        // Heap memory of the size asked for, as HeapHostBuffers.
         RecordingAllocator alloc;
         v1::BackwardRequest parsed;
         DetachedTensors detached;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/logging/json_line.h"
@@ -102,6 +103,46 @@ TEST_F(AccessLogTest, TextLinesAndAppending) {
     ASSERT_TRUE(std::regex_match(lines[round], m, kLine)) << lines[round];
     EXPECT_TRUE(IsRfc3339MicrosUtc(m[1]));
     EXPECT_EQ(m[2], std::to_string(round));
+  }
+}
+
+TEST_F(AccessLogTest, AuditFieldsOfWeightChanges) {
+  for (LogFormat format : {LogFormat::kText, LogFormat::kJson}) {
+    unlink(path_.c_str());
+    {
+      absl::StatusOr<std::unique_ptr<AccessLog>> log = AccessLog::Create(path_, format);
+      ASSERT_TRUE(log.ok()) << log.status();
+      AccessRecord r = Record("RegisterWeights", "a-1", absl::StatusCode::kPermissionDenied);
+      r.principal = "bob";
+      r.action = "replace";
+      r.weights = "team/m.v2";
+      (*log)->Record(r);
+      AccessRecord plain = Record("Forward", "a-2", absl::StatusCode::kOk);
+      plain.principal = "alice";
+      (*log)->Record(plain);
+      (*log)->Record(Record("Forward", "a-3", absl::StatusCode::kOk));  // no auth
+    }
+    const std::vector<std::string> lines = Lines(Read());
+    ASSERT_EQ(lines.size(), 3u) << Read();
+    if (format == LogFormat::kText) {
+      EXPECT_TRUE(absl::EndsWith(lines[0], " code=PERMISSION_DENIED latency_us=812 "
+                                           "request_bytes=1090 response_bytes=0 principal=bob "
+                                           "action=replace weights=team/m.v2"))
+          << lines[0];
+      EXPECT_TRUE(absl::EndsWith(lines[1], "response_bytes=1040 principal=alice")) << lines[1];
+      EXPECT_TRUE(absl::EndsWith(lines[2], "response_bytes=1040")) << lines[2];
+    } else {
+      absl::StatusOr<google::protobuf::Struct> audit = ParseJsonLine(lines[0]);
+      ASSERT_TRUE(audit.ok()) << audit.status() << "\n" << lines[0];
+      EXPECT_EQ(StringField(*audit, "principal"), "bob");
+      EXPECT_EQ(StringField(*audit, "action"), "replace");
+      EXPECT_EQ(StringField(*audit, "weights"), "team/m.v2");
+      EXPECT_EQ(StringField(*audit, "code"), "PERMISSION_DENIED");
+      absl::StatusOr<google::protobuf::Struct> anonymous = ParseJsonLine(lines[2]);
+      ASSERT_TRUE(anonymous.ok());
+      EXPECT_EQ(anonymous->fields().count("principal"), 0u);
+      EXPECT_EQ(anonymous->fields().count("action"), 0u);
+    }
   }
 }
 

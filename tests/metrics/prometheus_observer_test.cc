@@ -200,6 +200,40 @@ TEST_F(ObserverTest, RejectionsServingWeightsPoolsErrorsBuildInfo) {
   EXPECT_NEAR(*start, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), 60);
 }
 
+TEST_F(ObserverTest, Sessions) {
+  auto obs = MakeObserver();
+  std::map<std::string, int> events;
+  int64_t open = 0, bytes = 0;
+  for (int i = 0; i < 100; ++i) {
+    const auto ev = static_cast<SessionEvent>(Int(0, 3));
+    open = Int(0, 1000);
+    bytes = Int(0, 1LL << 34);
+    obs->OnSessionEvent(ev, open, bytes);
+    ++events[SessionEventName(ev)];
+  }
+  std::vector<double> steps_seconds, per_launch;
+  for (int i = 0; i < 300; ++i) {
+    steps_seconds.push_back(Seconds());
+    obs->OnSessionStep(absl::Seconds(steps_seconds.back()));
+  }
+  for (int i = 0; i < 50; ++i) {
+    per_launch.push_back(static_cast<double>(Int(1, 20000)));
+    obs->OnSessionStepsPerLaunch(static_cast<int32_t>(per_launch.back()));
+  }
+  const Exposition e = Exposition::Parse(obs->Render());
+  for (const char* ev : {"opened", "closed", "expired", "failed"}) {
+    EXPECT_EQ(e.Value("conv1d_sessions_total", {{"event", ev}}), events[ev]) << ev;
+  }
+  EXPECT_EQ(e.Value("conv1d_sessions_open"), static_cast<double>(open));
+  EXPECT_EQ(e.Value("conv1d_session_slot_bytes"), static_cast<double>(bytes));
+  ExpectHistogram(e, "conv1d_session_step_duration_seconds", {}, steps_seconds);
+  ExpectHistogram(e, "conv1d_session_steps_per_launch", {}, per_launch);
+  for (const char* method : {"Decode", "OpenSession", "CloseSession"}) {
+    EXPECT_EQ(e.Value("conv1d_requests_total", {{"method", method}, {"code", "OK"}}), 0)
+        << method;
+  }
+}
+
 TEST_F(ObserverTest, SetBuildInfoReplacesTheSeries) {
   auto obs = MakeObserver();
   obs->SetBuildInfo("gpu", {"NVIDIA H200", "NVIDIA H200"});

@@ -323,7 +323,7 @@ INSTANTIATE_TEST_SUITE_P(GatheredOrStaged, GpuBackendHostPoolTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(),
                                             ::testing::Bool(), ::testing::Bool()));
 
-// When the host pool has no room, AllocateHostBuffer still answers (from
+// When the host pool has no room, host_buffers() still answers (from
 // ordinary memory) and the observer hears the miss; the pool's bytes in use
 // follow every allocation and release.
 TEST_F(GpuBackendTest, FullHostPoolFallsBackToHeapAndReportsTheMiss) {

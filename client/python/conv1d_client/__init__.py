@@ -10,9 +10,12 @@ The generated stubs come from the build (target ``conv1d_python_stubs``); put
 
 from conv1d_client.tensors import (bf16_to_float32, float32_to_bf16,
                                    from_tensor, to_tensor)
-from conv1d_client.client import Client, ForwardResult, BackwardResult, UpdateResult
+from conv1d_client.client import (Client, ForwardResult, BackwardResult, OpenedSession,
+                                  UpdateResult)
+from conv1d_client.session import DecodeSession
 
 __all__ = [
-    "Client", "ForwardResult", "BackwardResult", "UpdateResult",
+    "Client", "DecodeSession", "ForwardResult", "BackwardResult", "OpenedSession",
+    "UpdateResult",
     "bf16_to_float32", "float32_to_bf16", "from_tensor", "to_tensor",
 ]

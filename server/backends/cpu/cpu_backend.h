@@ -42,6 +42,14 @@ class CpuBackend final : public Backend {
 
   // Checks presence and sizes of the segment's tensors for `key`.
 
+  // Host memory (HostStateSlots); steps update it in place.
+  absl::StatusOr<std::unique_ptr<StateSlots>> CreateStateSlots(
+      const StateSlotsOptions& options) override {
+    absl::StatusOr<std::unique_ptr<HostStateSlots>> slots = HostStateSlots::Create(options);
+    if (!slots.ok()) return slots.status();
+    return std::unique_ptr<StateSlots>(std::move(*slots));
+  }
+
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,
                         BatchStats* stats) override;

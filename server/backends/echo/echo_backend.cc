@@ -19,7 +19,7 @@ void CopyOrZero(const OutputView& out, const TensorView* in) {
   int64_t copied_bytes = 0;
   if (in != nullptr && in->present() && in->bytes > 0) {
     copied_bytes = std::min(out.bytes, in->bytes);
-    std::memcpy(dst, in->data, static_cast<size_t>(copied_bytes));
+    if (dst != in->data) std::memcpy(dst, in->data, static_cast<size_t>(copied_bytes));
   }
   if (copied_bytes < out.bytes) {
     std::memset(dst + copied_bytes, 0, static_cast<size_t>(out.bytes - copied_bytes));

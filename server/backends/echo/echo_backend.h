@@ -45,6 +45,14 @@ class EchoBackend final : public Backend {
   std::vector<std::string> devices() const override { return {"echo (no compute)"}; }
   int num_lanes() const override { return lanes_; }
 
+  // Host memory (HostStateSlots); steps update it in place.
+  absl::StatusOr<std::unique_ptr<StateSlots>> CreateStateSlots(
+      const StateSlotsOptions& options) override {
+    absl::StatusOr<std::unique_ptr<HostStateSlots>> slots = HostStateSlots::Create(options);
+    if (!slots.ok()) return slots.status();
+    return std::unique_ptr<StateSlots>(std::move(*slots));
+  }
+
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,
                         BatchStats* stats) override;
