@@ -12,9 +12,9 @@
 #include "gtest/gtest.h"
 #include "server/core/fake_clock.h"
 #include "server/core/scheduler.h"
+#include "tests/common/test_seed.h"
 #include "tests/core/scheduler_fixture.h"
 #include "tests/core/scheduler_test_util.h"
-#include "tests/common/test_seed.h"
 
 namespace conv1d {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/core/scheduler_test_util.h"
 #include "tests/common/test_seed.h"
+#include "tests/core/scheduler_test_util.h"
 
 namespace conv1d {
 namespace {

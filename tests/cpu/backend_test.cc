@@ -12,8 +12,8 @@
 #include "server/util/thread_pool.h"
 #include "server/backends/echo/echo_backend.h"
 #include "server/core/segment_check.h"
-#include "tests/cpu/test_util.h"
 #include "tests/common/test_seed.h"
+#include "tests/cpu/test_util.h"
 
 namespace conv1d {
 namespace {

@@ -7,8 +7,8 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv.h"
 #include "tests/common/reference.h"
-#include "tests/cpu/test_util.h"
 #include "tests/common/test_seed.h"
+#include "tests/cpu/test_util.h"
 
 namespace conv1d {
 namespace {

@@ -16,9 +16,9 @@
 #include "server/core/fake_clock.h"
 #include "server/core/scheduler.h"
 #include "server/core/state_slots.h"
-#include "tests/cpu/reference.h"
-#include "tests/cpu/test_util.h"
+#include "tests/common/reference.h"
 #include "tests/common/test_seed.h"
+#include "tests/cpu/test_util.h"
 
 namespace conv1d {
 namespace {

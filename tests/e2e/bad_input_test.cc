@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/e2e/e2e_util.h"
 #include "tests/common/test_seed.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
 namespace {

@@ -13,9 +13,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/gated_backend.h"
-#include "tests/common/test_seed.h"
 
 namespace conv1d::e2e {
 namespace {

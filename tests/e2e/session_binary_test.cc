@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/server_process.h"
-#include "tests/common/test_seed.h"
 
 namespace conv1d::e2e {
 namespace {

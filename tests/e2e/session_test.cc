@@ -15,8 +15,8 @@
 #include "gtest/gtest.h"
 #include "server/core/dtype.h"
 #include "server/core/fake_clock.h"
-#include "tests/e2e/e2e_util.h"
 #include "tests/common/test_seed.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
 namespace {

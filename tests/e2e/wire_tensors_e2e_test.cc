@@ -11,9 +11,9 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/frontend/wire_bytes.h"
-#include "tests/common/test_seed.h"
 
 namespace conv1d::e2e {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/e2e/e2e_util.h"
 #include "tests/common/test_seed.h"
+#include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
 namespace {

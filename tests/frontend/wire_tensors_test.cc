@@ -20,9 +20,9 @@
 #include "grpcpp/support/slice.h"
 #include "gtest/gtest.h"
 #include "server/frontend/validation.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/frontend/wire_bytes.h"
-#include "tests/common/test_seed.h"
 
 namespace conv1d::e2e {
 namespace {

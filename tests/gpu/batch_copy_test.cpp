@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kernels/batch_copy.h"
-#include "tests/gpu/gpu_harness.h"
 #include "tests/common/test_seed.h"
+#include "tests/gpu/gpu_harness.h"
 
 namespace conv1d::testing {
 namespace {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "server/core/dtype.h"
-#include "tests/gpu/gpu_harness.h"
 #include "tests/common/reference.h"
 #include "tests/common/test_seed.h"
+#include "tests/gpu/gpu_harness.h"
 
 namespace conv1d::testing {
 namespace {

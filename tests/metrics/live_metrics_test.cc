@@ -22,9 +22,9 @@
 #include "conv1d/v1/conv1d.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/metrics/child_process.h"
 #include "tests/metrics/exposition.h"
-#include "tests/common/test_seed.h"
 
 namespace conv1d {
 namespace {

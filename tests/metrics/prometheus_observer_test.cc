@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/metrics/exposition.h"
 #include "tests/common/test_seed.h"
+#include "tests/metrics/exposition.h"
 
 namespace conv1d {
 namespace {
