@@ -65,8 +65,10 @@ ENV PATH=/opt/conv1d-serve/bin:$PATH \
 USER 10001:10001
 EXPOSE 50051 8002
 STOPSIGNAL SIGTERM
+# The check asks the server (PID 1) on the port of its own --listen flag, so
+# it follows arguments that replace CMD.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-  CMD ["conv1d_client", "health", "--target=127.0.0.1:50051", "--attempts=1", "--timeout_s=2"]
+  CMD ["conv1d_client", "health", "--listen_of_pid=1", "--attempts=1", "--timeout_s=2"]
 ENTRYPOINT ["conv1d_server"]
 CMD ["--listen=0.0.0.0:50051", "--metrics_listen=0.0.0.0:8002", "--backend=auto", \
      "--drain_timeout_s=25"]

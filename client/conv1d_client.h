@@ -145,6 +145,9 @@ class Conv1dClient {
   int num_channels() const { return static_cast<int>(channels_.size()); }
   // The stub of the next channel (round-robin), for streaming calls.
   v1::Conv1d::Stub* NextStub() { return NextChannel().stub.get(); }
+  // One of the client's connections (round-robin), with its credentials, for
+  // other services on the same server (e.g. server reflection).
+  std::shared_ptr<grpc::Channel> channel() { return NextChannel().channel; }
   // Calls that were retried at least once since creation.
   int64_t retried_calls() const { return retried_calls_.load(); }
 

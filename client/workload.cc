@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
@@ -208,6 +209,48 @@ absl::StatusOr<std::vector<WorkloadSpec>> ParseMix(absl::string_view text,
   }
   if (out.empty()) return absl::InvalidArgumentError("mix has no workload lines");
   return out;
+}
+
+absl::StatusOr<int64_t> CheckWorkloadBytes(const WorkloadSpec& spec,
+                                           int64_t max_message_bytes) {
+  // long double holds every product here exactly enough to compare with
+  // int64 limits; nothing is multiplied in int64 before the check.
+  using F = long double;
+  const F b = spec.batch, d = spec.dim, l = spec.seqlen, w = spec.width;
+  const F act = DTypeSize(spec.dtype), wt = DTypeSize(spec.weight_dtype);
+  const F x = b * d * l * act;
+  const F states = b * d * (w - 1) * act;
+  const F weights = spec.registered_weights ? 0 : d * w * wt + (spec.bias ? d * wt : 0);
+  F request = 0, response = 0;
+  switch (spec.op) {
+    case WorkloadOp::kForward:
+      request = x + weights + (spec.initial_states ? states : 0);
+      response = x + (spec.return_final_states ? states : 0);
+      break;
+    case WorkloadOp::kBackward:
+      request = 2 * x + weights + (spec.initial_states ? states : 0) +
+                (spec.dfinal_states ? states : 0);
+      response = x + d * w * (spec.grad_weight_fp32 ? 4 : wt) +
+                 (spec.bias ? d * (spec.grad_weight_fp32 ? 4 : wt) : 0) +
+                 (spec.return_dinitial_states ? states : 0);
+      break;
+    case WorkloadOp::kUpdate: {
+      const F state = b * d * static_cast<F>(spec.effective_state_len()) * act;
+      request = x + state + weights;
+      response = x + state;
+      break;
+    }
+  }
+  const std::string what =
+      absl::StrCat(WorkloadOpName(spec.op), " ", spec.batch, "x", spec.dim, "x", spec.seqlen,
+                   " ", DTypeName(spec.dtype), " W=", spec.width);
+  const F limit = static_cast<F>(max_message_bytes);
+  if (request > limit || response > limit) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shape: a %s request carries %.4Lg bytes and its answer %.4Lg, over the "
+        "message limit of %d bytes", what, request, response, max_message_bytes));
+  }
+  return static_cast<int64_t>(request + response);
 }
 
 absl::StatusOr<std::vector<double>> ParseLevels(absl::string_view text) {

@@ -68,6 +68,13 @@ std::vector<std::string> PresetNames();
 absl::Status ApplyWorkloadKey(absl::string_view key, absl::string_view value,
                               WorkloadSpec* spec);
 absl::Status ParseShape(absl::string_view text, int64_t* b, int64_t* d, int64_t* l);
+
+// Tensor bytes of one request of `spec` plus its response (inputs sent,
+// outputs received), without allocating anything. INVALID_ARGUMENT naming the
+// shape when a count overflows 64 bits or the request or the response exceeds
+// `max_message_bytes` (the gRPC message limit the client was given), so that
+// an impossible size is refused before a buffer is made for it.
+absl::StatusOr<int64_t> CheckWorkloadBytes(const WorkloadSpec& spec, int64_t max_message_bytes);
 absl::StatusOr<std::vector<WorkloadSpec>> ParseMix(absl::string_view text,
                                                    const WorkloadSpec& defaults);
 

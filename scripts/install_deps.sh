@@ -24,11 +24,13 @@ if [[ $want_test == 1 ]]; then
   pkgs+=(
     libgtest-dev libgmock-dev
     python3 python3-grpcio python3-protobuf python3-numpy python3-yaml
+    python3-venv          # the Python package test pip-installs into fresh venvs
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
     clang-14              # the clang preset: -Wthread-safety build of the server
     yamllint shellcheck
     openssl               # certificates made by the security tests
+    docker-compose        # 1.29: the oldest Compose the docs name parses deploy/compose*.yaml
   )
   # `kubectl kustomize` renders deploy/k8s; any kubectl on PATH will do
   # (Debian's comes in kubernetes-client).

@@ -25,8 +25,11 @@ cmake --build --preset default -j "$jobs"
 # (errors on a violated lock annotation); the tests run on the build above.
 cmake --preset clang
 cmake --build --preset clang -j "$jobs"
+status=0
 if [[ $slow == 1 ]]; then
-  ctest --test-dir build --output-on-failure -j "$jobs"
+  ctest --test-dir build --output-on-failure -j "$jobs" || status=$?
 else
-  ctest --preset default -j "$jobs"
+  ctest --preset default -j "$jobs" || status=$?
 fi
+echo "test.sh: finished in ${SECONDS} s (exit status $status)" >&2
+exit "$status"

@@ -43,6 +43,24 @@ absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(LoadOptions optio
   if (options.verify_fraction > 0 && !ReferenceAvailable()) {
     return absl::FailedPreconditionError("--verify_fraction needs a build with the CPU backend");
   }
+  if (options.max_behind_ms < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_behind_ms: ", options.max_behind_ms,
+                                                   " must be >= 0 (0: never)"));
+  }
+  if (options.search && !(options.search_p99_ms > 0)) {
+    return absl::InvalidArgumentError("--search needs --search_p99_ms > 0");
+  }
+  if (options.search && options.search_bisections < 0) {
+    return absl::InvalidArgumentError("--search_steps must be >= 0");
+  }
+  if (!options.schedule_s.empty() && options.closed_loop) {
+    return absl::InvalidArgumentError("a schedule is open loop: no --concurrency with it");
+  }
+  const bool inputs = !options.input_x.empty() || !options.input_dout.empty() ||
+                      !options.input_state.empty();
+  if (inputs && options.workloads.size() != 1) {
+    return absl::InvalidArgumentError("input files need a single workload (no --mix)");
+  }
   for (double l : options.levels) {
     if (options.closed_loop && (l < 1 || l != std::floor(l))) {
       return absl::InvalidArgumentError(absl::StrCat("concurrency ", l, " is not a whole number >= 1"));
@@ -129,6 +147,32 @@ absl::Status LoadRunner::Setup(RunReport* report) {
     });
   }
   for (auto& th : threads) th.join();
+  if (!options_.input_x.empty() || !options_.input_dout.empty() ||
+      !options_.input_state.empty()) {
+    // The files' arrays replace the random ones; every request is the same.
+    per[0].resize(1);
+    PreparedRequest& p = per[0][0].req;
+    const HostTensor &x = options_.input_x, &dout = options_.input_dout,
+                     &state = options_.input_state;
+    if (p.forward) {
+      auto m = std::make_shared<v1::ForwardRequest>(*p.forward);
+      if (!x.empty()) x.ToProto(m->mutable_x());
+      if (!state.empty()) state.ToProto(m->mutable_initial_states());
+      p.forward = std::move(m);
+    } else if (p.backward) {
+      auto m = std::make_shared<v1::BackwardRequest>(*p.backward);
+      if (!x.empty()) x.ToProto(m->mutable_x());
+      if (!dout.empty()) dout.ToProto(m->mutable_dout());
+      if (!state.empty()) state.ToProto(m->mutable_initial_states());
+      p.backward = std::move(m);
+    } else if (p.update) {
+      auto m = std::make_shared<v1::UpdateRequest>(*p.update);
+      if (!x.empty()) x.ToProto(m->mutable_x());
+      if (!state.empty()) state.ToProto(m->mutable_conv_state());
+      p.update = std::move(m);
+    }
+    sizes[0] = 1;
+  }
   std::vector<int> first;
   for (size_t i = 0; i < w.size(); ++i) {
     first.push_back(static_cast<int>(pool_.size()));
@@ -166,6 +210,12 @@ const LoadRunner::PoolItem& LoadRunner::NextItem() {
   return pool_[schedule_[k % schedule_.size()]];
 }
 
+std::unique_ptr<WindowStats> LoadRunner::NewWindow() const {
+  auto w = std::make_unique<WindowStats>();
+  w->by_workload.resize(options_.workloads.size());
+  return w;
+}
+
 template <typename Resp>
 void LoadRunner::OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<Resp> r) {
   const double latency_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
@@ -174,13 +224,21 @@ void LoadRunner::OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<
     ++completed_;
     if (!r.ok()) ++errors_;
     if (window_ != nullptr) {
+      WorkloadCounts& wc = window_->by_workload[item.workload];
       ++window_->completed;
+      ++wc.completed;
       if (r.ok()) {
+        const int64_t bytes = item.req.request_tensor_bytes + TensorPayloadBytes(*r);
         window_->latencies_us.push_back(latency_us);
-        window_->bytes += item.req.request_tensor_bytes + TensorPayloadBytes(*r);
+        window_->bytes += bytes;
+        wc.latencies_us.push_back(latency_us);
+        wc.bytes += bytes;
       } else {
+        const std::string code = absl::StatusCodeToString(r.status().code());
         ++window_->errors;
-        ++window_->errors_by_code[absl::StatusCodeToString(r.status().code())];
+        ++window_->errors_by_code[code];
+        ++wc.errors;
+        ++wc.errors_by_code[code];
       }
     }
   }
@@ -285,7 +343,16 @@ void LoadRunner::IssueClosed() {
 void LoadRunner::SenderLoop(double rate, StepResult* step) {
   FastRng rng(options_.seed * 31 + static_cast<uint64_t>(rate));
   const absl::Duration late = absl::Microseconds(options_.late_us);
-  absl::Time next = absl::Now();
+  const absl::Duration max_behind = absl::Microseconds(options_.max_behind_ms * 1e3);
+  const std::vector<double>& schedule = options_.schedule_s;
+  // A repeated schedule restarts one mean gap after its last send.
+  const double span_s =
+      schedule.size() < 2
+          ? 0
+          : schedule.back() + (schedule.back() - schedule.front()) / (schedule.size() - 1);
+  const absl::Time start = absl::Now();
+  size_t sent = 0;
+  absl::Time next = schedule.empty() ? start : start + absl::Seconds(schedule[0]);
   while (running_.load(std::memory_order_acquire)) {
     absl::Duration wait = next - absl::Now();
     if (wait > absl::Microseconds(200)) absl::SleepFor(wait - absl::Microseconds(100));
@@ -309,19 +376,53 @@ void LoadRunner::SenderLoop(double rate, StepResult* step) {
       absl::MutexLock l(&mu_);
       --outstanding_;
     });
-    const double gap_s = options_.poisson ? -std::log(1.0 - rng.UniformDouble()) / rate : 1.0 / rate;
-    next += absl::Seconds(gap_s);
+    if (max_behind > absl::ZeroDuration() && behind > max_behind) {
+      // The server (or this host) cannot keep up: measuring on would only
+      // grow the queue. RunStep sees the flag and ends the step.
+      overloaded_.store(true, std::memory_order_release);
+      break;
+    }
+    ++sent;
+    if (!schedule.empty()) {
+      const size_t round = sent / schedule.size();
+      next = start + absl::Seconds(round * span_s + schedule[sent % schedule.size()]);
+    } else {
+      const double gap_s =
+          options_.poisson ? -std::log(1.0 - rng.UniformDouble()) / rate : 1.0 / rate;
+      next += absl::Seconds(gap_s);
+    }
   }
 }
 
 LoadRunner::Scrape LoadRunner::DoScrape() {
   Scrape s;
-  if (options_.metrics_url.empty()) return s;
-  absl::StatusOr<std::string> body = HttpGet(options_.metrics_url, absl::Seconds(5));
-  if (!body.ok()) {
-    std::fprintf(stderr, "conv1d_load: metrics scrape failed: %s\n", body.status().ToString().c_str());
-    return s;
+  absl::StatusOr<std::string> body = absl::NotFoundError("no --metrics_url");
+  if (!options_.metrics_url.empty()) {
+    body = HttpGet(options_.metrics_url, absl::Seconds(5));
+    if (!body.ok()) {
+      std::fprintf(stderr, "conv1d_load: metrics scrape failed: %s\n",
+                   body.status().ToString().c_str());
+    }
   }
+  if (!options_.gpu_metrics_url.empty()) {
+    absl::StatusOr<std::string> gpu_body =
+        options_.gpu_metrics_url == options_.metrics_url
+            ? body
+            : HttpGet(options_.gpu_metrics_url, absl::Seconds(5));
+    if (gpu_body.ok()) {
+      int n = 0;
+      const double util = SumMetric(*gpu_body, options_.gpu_util_metric, "", &n);
+      if (n > 0) s.gpu.util_sum = util / n, s.gpu.util_n = 1;
+      const double power = SumMetric(*gpu_body, options_.gpu_power_metric, "", &n);
+      if (n > 0) s.gpu.power_sum = power / n, s.gpu.power_n = 1;
+      const double mem = SumMetric(*gpu_body, options_.gpu_memory_metric, "", &n);
+      if (n > 0) s.gpu.memory_sum = mem * options_.gpu_memory_unit_bytes, s.gpu.memory_n = 1;
+    } else {
+      std::fprintf(stderr, "conv1d_load: GPU metrics scrape failed: %s\n",
+                   gpu_body.status().ToString().c_str());
+    }
+  }
+  if (!body.ok()) return s;
   const std::string& f = options_.requests_filter;
   s.ok = true;
   s.queue_sum = SumMetric(*body, options_.queue_metric + "_sum");
@@ -335,8 +436,9 @@ LoadRunner::Scrape LoadRunner::DoScrape() {
 void LoadRunner::SleepWithProgress(double seconds, double level) {
   const absl::Time end = absl::Now() + absl::Seconds(seconds);
   const absl::Time start = absl::Now();
-  while (absl::Now() < end) {
-    absl::SleepFor(std::min(absl::Milliseconds(500), end - absl::Now()));
+  while (absl::Now() < end && !overloaded_.load(std::memory_order_acquire)) {
+    absl::SleepFor(std::min(absl::Milliseconds(options_.closed_loop ? 500 : 50),
+                            end - absl::Now()));
     if (!options_.progress) continue;
     int64_t n, errors;
     bool measuring;
@@ -367,6 +469,8 @@ StepResult LoadRunner::RunStep(double level) {
   step.closed_loop = options_.closed_loop;
   step.level = level;
   step.window_s = options_.window_s;
+  step.schedule = !options_.schedule_s.empty();
+  overloaded_.store(false, std::memory_order_release);
   int64_t sent0, completed0, errors0, verified0, wrong0, skipped0;
   {
     absl::MutexLock l(&mu_);
@@ -395,7 +499,7 @@ StepResult LoadRunner::RunStep(double level) {
   Scrape before = DoScrape();
   {
     absl::MutexLock l(&mu_);
-    window_ = std::make_unique<WindowStats>();
+    window_ = NewWindow();
   }
   absl::Time window_start = absl::Now();
   for (int trial = 0; trial < options_.max_trials; ++trial) {
@@ -406,7 +510,7 @@ StepResult LoadRunner::RunStep(double level) {
     {
       absl::MutexLock l(&mu_);
       w = std::move(window_);
-      if (trial + 1 < options_.max_trials) window_ = std::make_unique<WindowStats>();
+      if (trial + 1 < options_.max_trials) window_ = NewWindow();
     }
     w->duration_s = absl::ToDoubleSeconds(now - window_start);
     window_start = now;
@@ -417,6 +521,7 @@ StepResult LoadRunner::RunStep(double level) {
       w->server_compute_count = after.compute_count - before.compute_count;
       w->server_requests = after.requests - before.requests;
     }
+    w->gpu = after.gpu;
     before = after;
     std::vector<double> sorted = w->latencies_us;
     std::sort(sorted.begin(), sorted.end());
@@ -424,6 +529,12 @@ StepResult LoadRunner::RunStep(double level) {
     p99.push_back(Percentile(sorted, 99));
     step.measured_s += w->duration_s;
     windows.push_back(std::move(*w));
+    if (overloaded_.load(std::memory_order_acquire)) {
+      step.overloaded = true;
+      absl::MutexLock l(&mu_);
+      window_.reset();
+      break;
+    }
     if (trial + 1 >= min_windows_ &&
         IsStable(rps, p99, options_.stable_windows, options_.stability_pct)) {
       step.stable = true;
@@ -454,6 +565,33 @@ StepResult LoadRunner::RunStep(double level) {
   }
 
   step.windows = static_cast<int>(windows.size());
+  const bool scraped = !options_.metrics_url.empty();
+  for (size_t i = 0; i < windows.size(); ++i) {
+    WindowStats& w = windows[i];
+    RowResult row;
+    row.index = static_cast<int>(i);
+    row.duration_s = w.duration_s;
+    row.requests = w.completed;
+    row.errors = w.errors;
+    row.errors_by_code = w.errors_by_code;
+    row.throughput_rps = w.throughput_rps();
+    row.gbps = w.gbps();
+    std::vector<double> lat = w.latencies_us;
+    row.latency = Summarize(lat);
+    if (scraped) {
+      row.server_requests = w.server_requests;
+      if (w.server_queue_count > 0) {
+        row.server_queue_mean_us = 1e6 * w.server_queue_sum_s / w.server_queue_count;
+      }
+      if (w.server_compute_count > 0) {
+        row.server_compute_mean_us = 1e6 * w.server_compute_sum_s / w.server_compute_count;
+      }
+    }
+    if (w.gpu.util_n > 0) row.gpu_util_pct = w.gpu.util_sum / w.gpu.util_n;
+    if (w.gpu.power_n > 0) row.gpu_power_w = w.gpu.power_sum / w.gpu.power_n;
+    if (w.gpu.memory_n > 0) row.gpu_memory_bytes = w.gpu.memory_sum / w.gpu.memory_n;
+    step.window_rows.push_back(std::move(row));
+  }
   WindowStats merged;
   const size_t first = windows.size() > static_cast<size_t>(options_.stable_windows)
                            ? windows.size() - options_.stable_windows
@@ -465,6 +603,27 @@ StepResult LoadRunner::RunStep(double level) {
   step.throughput_rps = merged.throughput_rps();
   step.gbps = merged.gbps();
   step.latency = Summarize(merged.latencies_us);
+  for (size_t k = 0; k < merged.by_workload.size(); ++k) {
+    WorkloadCounts& wc = merged.by_workload[k];
+    RowResult row;
+    row.index = static_cast<int>(k);
+    row.name = options_.workloads[k].Describe();
+    row.duration_s = merged.duration_s;
+    row.requests = wc.completed;
+    row.errors = wc.errors;
+    row.errors_by_code = wc.errors_by_code;
+    if (merged.duration_s > 0) {
+      row.throughput_rps = (wc.completed - wc.errors) / merged.duration_s;
+      row.gbps = wc.bytes / merged.duration_s / 1e9;
+    }
+    row.latency = Summarize(wc.latencies_us);
+    step.workload_rows.push_back(std::move(row));
+  }
+  if (merged.gpu.util_n > 0) step.gpu_util_pct = merged.gpu.util_sum / merged.gpu.util_n;
+  if (merged.gpu.power_n > 0) step.gpu_power_w = merged.gpu.power_sum / merged.gpu.power_n;
+  if (merged.gpu.memory_n > 0) {
+    step.gpu_memory_bytes = merged.gpu.memory_sum / merged.gpu.memory_n;
+  }
   if (!options_.metrics_url.empty()) {
     step.server_requests = merged.server_requests;
     if (merged.server_queue_count > 0) {
@@ -489,9 +648,67 @@ StepResult LoadRunner::RunStep(double level) {
   return step;
 }
 
+const StepResult& LoadRunner::RunAndRecord(double level, RunReport* report) {
+  StepResult step = RunStep(level);
+  std::printf("%s\n", StepLine(step).c_str());
+  std::fflush(stdout);
+  report->total_requests += step.completed_total;
+  report->total_errors += step.errors_total;
+  report->wrong_answers += step.wrong;
+  report->steps.push_back(std::move(step));
+  return report->steps.back();
+}
+
+void LoadRunner::RunSearch(RunReport* report) {
+  SearchResult& result = report->search;
+  report->searched = true;
+  result.p99_bound_us = options_.search_p99_ms * 1e3;
+  auto held = [&](const StepResult& s) {
+    return s.errors == 0 && !s.overloaded && s.latency.count > 0 &&
+           s.latency.p99_us <= result.p99_bound_us;
+  };
+  auto consider = [&](const StepResult& s) {
+    if (held(s) && (!result.found || s.throughput_rps > result.throughput_rps)) {
+      result.found = true;
+      result.step = static_cast<int>(report->steps.size()) - 1;
+      result.level = s.level;
+      result.throughput_rps = s.throughput_rps;
+      result.p99_us = s.latency.p99_us;
+    }
+  };
+  // Ascend through the levels until one misses the bound.
+  double good = 0, bad = 0;
+  for (double level : options_.levels) {
+    const StepResult& s = RunAndRecord(level, report);
+    consider(s);
+    if (!held(s)) {
+      bad = level;
+      break;
+    }
+    good = level;
+  }
+  // Bisect between the last level that held and the first that did not.
+  for (int i = 0; i < options_.search_bisections && bad > 0; ++i) {
+    const double lo = good > 0 ? good : bad / 2;
+    double mid = options_.closed_loop ? std::floor((lo + bad) / 2) : (lo + bad) / 2;
+    if (mid <= good || mid >= bad || (!options_.closed_loop && bad / lo < 1.05)) break;
+    if (options_.closed_loop && mid < 1) break;
+    const StepResult& s = RunAndRecord(mid, report);
+    consider(s);
+    if (held(s)) {
+      good = mid;
+    } else {
+      bad = mid;
+    }
+  }
+  std::printf("%s\n", SearchLine(*report).c_str());
+}
+
 absl::StatusOr<RunReport> LoadRunner::Run() {
   RunReport report;
-  report.mode = options_.closed_loop ? "concurrency" : "rate";
+  report.mode = options_.closed_loop              ? "concurrency"
+                : !options_.schedule_s.empty() ? "schedule"
+                                               : "rate";
   for (const auto& w : options_.workloads) {
     report.workloads.push_back(
         absl::StrCat(w.Describe(), options_.workloads.size() > 1
@@ -508,14 +725,17 @@ absl::StatusOr<RunReport> LoadRunner::Run() {
               options_.warmup_s, options_.duration_s, options_.window_s, min_windows_,
               options_.max_trials, options_.stable_windows, options_.stability_pct);
   const Scrape start = DoScrape();
-  for (double level : options_.levels) {
-    StepResult step = RunStep(level);
-    std::printf("%s\n", StepLine(step).c_str());
-    std::fflush(stdout);
-    report.total_requests += step.completed_total;
-    report.total_errors += step.errors_total;
-    report.wrong_answers += step.wrong;
-    report.steps.push_back(std::move(step));
+  if (options_.search) {
+    RunSearch(&report);
+  } else {
+    for (size_t i = 0; i < options_.levels.size(); ++i) {
+      if (RunAndRecord(options_.levels[i], &report).overloaded &&
+          i + 1 < options_.levels.size()) {
+        std::printf("overloaded: sends fell more than %g ms behind; the higher levels "
+                    "are not run\n", options_.max_behind_ms);
+        break;
+      }
+    }
   }
   // Servers may count a request just after answering it.
   if (start.ok) absl::SleepFor(absl::Milliseconds(200));

@@ -5,9 +5,17 @@
 // warms up, then measures windows of `window_s` one after another until at
 // least `duration_s` has been measured and the last `stable_windows` agree on
 // throughput and p99 within `stability_pct` (or `max_trials` windows have
-// passed), optionally scraping the server's Prometheus metrics at every
-// window boundary and checking a sample of answers against the CPU
-// reference on a separate thread.
+// passed), optionally scraping the server's Prometheus metrics (and GPU
+// gauges) at every window boundary and checking a sample of answers against
+// the CPU reference on a separate thread.
+//
+// An open-loop step whose sends fall more than `max_behind_ms` behind
+// schedule ends early, marked overloaded, and the sweep stops there. A
+// schedule (send times read from a file) replaces the computed arrivals.
+// With `search`, the levels are a search: ascending through them while the
+// p99 stays under `search_p99_ms` (no errors, not overloaded), then bisecting
+// between the last level that held and the first that did not; the report
+// names the step with the highest throughput that held.
 //
 // Used by client/load/main.cc. Run() is called from one thread; internally
 // completions arrive on gRPC callback threads and are recorded under a mutex.
@@ -63,6 +71,25 @@ struct LoadOptions {
   std::string requests_metric = "conv1d_requests_total";
   std::string requests_filter;            // label substring, requests counter only
   uint64_t seed = 1;
+  // Open loop: end a step (overloaded) when a send is this far behind; 0: never.
+  double max_behind_ms = 1000;
+  // Open loop from a schedule: send times in seconds from the step's start,
+  // ascending, repeated (shifted by their span) until the step ends. When
+  // set, `levels` holds one level, the schedule's mean rate.
+  std::vector<double> schedule_s;
+  bool search = false;
+  double search_p99_ms = 0;   // the bound, > 0 with search
+  int search_bisections = 4;  // steps spent narrowing after the first miss
+  // Inputs from files (one workload only): every request carries these
+  // instead of random data; empty: random.
+  HostTensor input_x, input_dout, input_state;
+  // GPU gauges, scraped beside the server metrics (e.g. DCGM's exporter);
+  // averaged over series (devices) and over the measured windows.
+  std::string gpu_metrics_url;
+  std::string gpu_util_metric = "DCGM_FI_DEV_GPU_UTIL";     // percent
+  std::string gpu_power_metric = "DCGM_FI_DEV_POWER_USAGE";  // watts
+  std::string gpu_memory_metric = "DCGM_FI_DEV_FB_USED";     // summed over devices
+  double gpu_memory_unit_bytes = 1 << 20;                     // DCGM reports MiB
 };
 
 class LoadRunner {
@@ -82,6 +109,7 @@ class LoadRunner {
   struct Scrape {
     bool ok = false;
     double queue_sum = 0, queue_count = 0, compute_sum = 0, compute_count = 0, requests = 0;
+    GpuSamples gpu;  // one sample of each gauge found
   };
 
   LoadRunner(LoadOptions options, Conv1dClient* client)
@@ -89,6 +117,10 @@ class LoadRunner {
   absl::Status Setup(RunReport* report);
   void Teardown();
   StepResult RunStep(double level);
+  // Runs one step and prints its line; appends it to the report.
+  const StepResult& RunAndRecord(double level, RunReport* report);
+  void RunSearch(RunReport* report);
+  std::unique_ptr<WindowStats> NewWindow() const;
   void Dispatch(const PoolItem& item, absl::AnyInvocable<void()> after);
   template <typename Resp>
   void OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<Resp> r);
@@ -109,6 +141,7 @@ class LoadRunner {
   std::vector<int> schedule_;  // pool indices in mix proportion, shuffled
   std::atomic<uint64_t> next_{0};
   std::atomic<bool> running_{false};
+  std::atomic<bool> overloaded_{false};  // set by the sender: the step ends
 
   absl::Mutex mu_;
   std::unique_ptr<WindowStats> window_ ABSL_GUARDED_BY(mu_);  // null: not measuring

@@ -2,8 +2,12 @@
 // perf_analyzer. See --help (or client/README.md) for every flag.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -11,10 +15,13 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/load/load_runner.h"
 #include "client/load/session_load.h"
+#include "client/npy.h"
 #include "client/security_flags.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
@@ -54,7 +61,7 @@ ABSL_FLAG(std::string, op, "", "fwd, bwd or update (default fwd).");
 ABSL_FLAG(std::string, shape, "", "BxDxL (default 1x2048x128).");
 ABSL_FLAG(std::string, dtype, "", "Activation dtype: fp32, fp16, bf16.");
 ABSL_FLAG(std::string, weight_dtype, "", "Weight dtype (default: the activation dtype).");
-ABSL_FLAG(int, width, 0, "Kernel width (default 4).");
+ABSL_FLAG(std::optional<int>, width, std::nullopt, "Kernel width >= 1 (default 4).");
 ABSL_FLAG(std::string, layout, "", "cf (channel-first, default) or cl (channel-last).");
 ABSL_FLAG(std::string, activation, "", "silu (default) or none.");
 ABSL_FLAG(std::string, bias, "", "true (default) or false.");
@@ -75,8 +82,42 @@ ABSL_FLAG(double, verify_fraction, 0.0,
           "(skipped when it falls behind); any wrong answer fails the run.");
 ABSL_FLAG(double, timeout_s, 30, "Deadline of each request.");
 ABSL_FLAG(int, attempts, 1, "Attempts per request (1: failures are counted, not retried).");
-ABSL_FLAG(std::string, json, "", "Write the results as JSON {\"steps\": [...]} to this file.");
-ABSL_FLAG(std::string, csv, "", "Write the results as CSV (one row per step) to this file.");
+ABSL_FLAG(std::string, json, "",
+          "Write the results as JSON {\"steps\": [...]} to this file; each step has its "
+          "window_rows and workload_rows.");
+ABSL_FLAG(std::string, csv, "",
+          "Write the results as CSV to this file: per step a 'step' row, then a 'window' row "
+          "per window and a 'workload' row per workload (column 'row').");
+ABSL_FLAG(bool, search, false,
+          "Find the highest throughput whose p99 stays under --search_p99_ms: step up "
+          "through the --concurrency/--rate levels (default 1:1024:2) until one misses the "
+          "bound (or has errors, or is overloaded), then bisect --search_steps times. The "
+          "verdict is printed and written to the JSON ('search'); exit 1 when no level held.");
+ABSL_FLAG(double, search_p99_ms, 0, "--search: the p99 latency bound in milliseconds.");
+ABSL_FLAG(int, search_steps, 4, "--search: steps spent bisecting after the first miss.");
+ABSL_FLAG(std::string, schedule, "",
+          "Open loop from a file of send times: seconds from the step's start, one per line "
+          "('#' comments), ascending, at least 2; repeated until the step ends. Replaces "
+          "--rate (its level is the mean rate).");
+ABSL_FLAG(double, max_behind_ms, 1000,
+          "Open loop: a send this far behind schedule ends the step early, marked "
+          "overloaded, and the sweep stops there; 0 = never.");
+ABSL_FLAG(std::string, x_file, "",
+          "x of every request from a .npy file (its shape sets B, D, L); a single workload.");
+ABSL_FLAG(std::string, dout_file, "", "bwd: dout of every request from a .npy file.");
+ABSL_FLAG(std::string, state_file, "",
+          "initial_states (fwd/bwd, which turns them on) or conv_state (update) from .npy.");
+ABSL_FLAG(std::string, gpu_metrics_url, "",
+          "Prometheus endpoint with GPU gauges (e.g. DCGM's exporter, http://host:9400/metrics), "
+          "scraped at every window boundary: gpu_util_pct, gpu_power_w, gpu_memory_bytes per "
+          "step and window.");
+ABSL_FLAG(std::string, gpu_util_metric, "DCGM_FI_DEV_GPU_UTIL",
+          "Gauge of GPU utilization in percent (mean over devices).");
+ABSL_FLAG(std::string, gpu_power_metric, "DCGM_FI_DEV_POWER_USAGE",
+          "Gauge of GPU power in watts (mean over devices).");
+ABSL_FLAG(std::string, gpu_memory_metric, "DCGM_FI_DEV_FB_USED",
+          "Gauge of GPU memory in use (summed over devices), in --gpu_memory_unit_bytes.");
+ABSL_FLAG(double, gpu_memory_unit_bytes, 1048576, "Unit of --gpu_memory_metric (DCGM: MiB).");
 ABSL_FLAG(std::string, metrics_url, "",
           "Server Prometheus endpoint (http://host:port/metrics), scraped at every window "
           "boundary: server queue and compute time are reported beside client latency.");
@@ -110,6 +151,79 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
+int UsageError(absl::string_view message) {
+  std::fprintf(stderr, "conv1d_load: %.*s\n(see conv1d_load --help)\n",
+               static_cast<int>(message.size()), message.data());
+  return 2;
+}
+
+absl::StatusOr<std::vector<double>> ReadSchedule(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError(absl::StrCat("--schedule: cannot open ", path));
+  std::vector<double> out;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(f, line)) {
+    ++line_no;
+    const std::string uncommented = line.substr(0, line.find('#'));
+    const absl::string_view text = absl::StripAsciiWhitespace(uncommented);
+    if (text.empty()) continue;
+    double t;
+    if (!absl::SimpleAtod(text, &t) || !std::isfinite(t) || t < 0 ||
+        (!out.empty() && t < out.back())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--schedule: line ", line_no, ": '", text,
+          "' is not a time in seconds >= 0 and >= the one before"));
+    }
+    out.push_back(t);
+  }
+  if (out.size() < 2 || out.back() <= out.front()) {
+    return absl::InvalidArgumentError("--schedule: needs at least 2 distinct send times");
+  }
+  return out;
+}
+
+// Reads the --*_file inputs into `o`, setting the workload's shape from x.
+absl::Status ReadInputs(LoadOptions* o) {
+  WorkloadSpec& spec = o->workloads[0];
+  auto read = [&](const std::string& flag, const std::string& path,
+                  HostTensor* out) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    absl::StatusOr<HostTensor> t = ReadNpyFile(path);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", t.status().message()));
+    if (t->shape.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", path, " is not 3-d"));
+    }
+    *out = t->CastTo(spec.dtype);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = read("x_file", absl::GetFlag(FLAGS_x_file), &o->input_x); !s.ok()) return s;
+  if (!o->input_x.empty()) {
+    const auto& sh = o->input_x.shape;
+    spec.batch = sh[0];
+    spec.dim = spec.channel_last ? sh[2] : sh[1];
+    spec.seqlen = spec.channel_last ? sh[1] : sh[2];
+  }
+  if (absl::Status s = read("dout_file", absl::GetFlag(FLAGS_dout_file), &o->input_dout); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = read("state_file", absl::GetFlag(FLAGS_state_file), &o->input_state);
+      !s.ok()) {
+    return s;
+  }
+  if (!o->input_state.empty()) {
+    if (spec.op == WorkloadOp::kUpdate) {
+      spec.state_len = o->input_state.shape[2];
+    } else {
+      spec.initial_states = true;
+    }
+  }
+  if (!o->input_dout.empty() && spec.op != WorkloadOp::kBackward) {
+    return absl::InvalidArgumentError("--dout_file: only with --op=bwd");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<WorkloadSpec>> Workloads() {
   WorkloadSpec spec;
   auto apply = [&](const char* key, const std::string& v) -> absl::Status {
@@ -121,7 +235,7 @@ absl::StatusOr<std::vector<WorkloadSpec>> Workloads() {
       {"shape", absl::GetFlag(FLAGS_shape)},
       {"dtype", absl::GetFlag(FLAGS_dtype)},
       {"weight_dtype", absl::GetFlag(FLAGS_weight_dtype)},
-      {"width", absl::GetFlag(FLAGS_width) > 0 ? absl::StrCat(absl::GetFlag(FLAGS_width)) : ""},
+      {"width", absl::GetFlag(FLAGS_width) ? absl::StrCat(*absl::GetFlag(FLAGS_width)) : ""},
       {"layout", absl::GetFlag(FLAGS_layout)},
       {"activation", absl::GetFlag(FLAGS_activation)},
       {"bias", absl::GetFlag(FLAGS_bias)},
@@ -150,22 +264,88 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
+// Ranges of the numeric flags; the first violated one names its flag.
+absl::Status CheckNumericFlags() {
+  struct Range {
+    const char* flag;
+    double value, lo, hi;
+  };
+  const Range ranges[] = {
+      {"timeout_s", absl::GetFlag(FLAGS_timeout_s), 1e-3, 1e7},
+      {"attempts", static_cast<double>(absl::GetFlag(FLAGS_attempts)), 1, 100},
+      {"duration_s", absl::GetFlag(FLAGS_duration_s), 1e-3, 1e7},
+      {"window_s", absl::GetFlag(FLAGS_window_s), 0, 1e7},
+      {"warmup_s", absl::GetFlag(FLAGS_warmup_s), 0, 1e7},
+      {"stability_pct", absl::GetFlag(FLAGS_stability_pct), 1e-9, 1e9},
+      {"stable_windows", static_cast<double>(absl::GetFlag(FLAGS_stable_windows)), 1, 1e6},
+      {"max_trials", static_cast<double>(absl::GetFlag(FLAGS_max_trials)), 1, 1e6},
+      {"verify_fraction", absl::GetFlag(FLAGS_verify_fraction), 0, 1},
+      {"late_us", absl::GetFlag(FLAGS_late_us), 0, 1e12},
+      {"max_outstanding", static_cast<double>(absl::GetFlag(FLAGS_max_outstanding)), 1, 1e9},
+      {"max_behind_ms", absl::GetFlag(FLAGS_max_behind_ms), 0, 1e12},
+      {"pool", static_cast<double>(absl::GetFlag(FLAGS_pool)), 1, 1e6},
+      {"pool_mb", static_cast<double>(absl::GetFlag(FLAGS_pool_mb)), 1, 1 << 24},
+      {"channels", static_cast<double>(absl::GetFlag(FLAGS_channels)), 0, 4096},
+      {"search_steps", static_cast<double>(absl::GetFlag(FLAGS_search_steps)), 0, 100},
+      {"search_p99_ms", absl::GetFlag(FLAGS_search_p99_ms), 0, 1e9},
+      {"gpu_memory_unit_bytes", absl::GetFlag(FLAGS_gpu_memory_unit_bytes), 1e-9, 1e18},
+  };
+  for (const Range& r : ranges) {
+    if (!(r.value >= r.lo && r.value <= r.hi)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", r.flag, ": ", r.value, " is not in ", r.lo, " ... ", r.hi));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Main() {
+  if (absl::Status s = CheckNumericFlags(); !s.ok()) return UsageError(s.message());
   LoadOptions o;
   absl::StatusOr<std::vector<WorkloadSpec>> w = Workloads();
-  if (!w.ok()) return Fail(w.status());
+  if (!w.ok()) return UsageError(w.status().message());
   o.workloads = *std::move(w);
   const std::string conc = absl::GetFlag(FLAGS_concurrency), rate = absl::GetFlag(FLAGS_rate);
-  if (!conc.empty() && !rate.empty()) {
-    return Fail(absl::InvalidArgumentError("give --concurrency or --rate, not both"));
+  const std::string schedule = absl::GetFlag(FLAGS_schedule);
+  if (!conc.empty() + !rate.empty() + !schedule.empty() > 1) {
+    return UsageError("give one of --concurrency, --rate and --schedule");
   }
-  o.closed_loop = rate.empty();
-  absl::StatusOr<std::vector<double>> levels = ParseLevels(o.closed_loop ? (conc.empty() ? "1" : conc) : rate);
-  if (!levels.ok()) return Fail(levels.status());
-  o.levels = *levels;
+  o.search = absl::GetFlag(FLAGS_search);
+  o.search_p99_ms = absl::GetFlag(FLAGS_search_p99_ms);
+  o.search_bisections = absl::GetFlag(FLAGS_search_steps);
+  if (o.search && !schedule.empty()) return UsageError("--search varies --concurrency or --rate, not a --schedule");
+  o.closed_loop = rate.empty() && schedule.empty();
+  if (!schedule.empty()) {
+    absl::StatusOr<std::vector<double>> times = ReadSchedule(schedule);
+    if (!times.ok()) return UsageError(times.status().message());
+    o.schedule_s = *std::move(times);
+    o.levels = {(o.schedule_s.size() - 1) / (o.schedule_s.back() - o.schedule_s.front())};
+  } else {
+    const std::string text = o.closed_loop ? conc : rate;
+    absl::StatusOr<std::vector<double>> levels =
+        ParseLevels(!text.empty() ? text : o.search ? "1:1024:2" : "1");
+    if (!levels.ok()) {
+      return UsageError(absl::StrCat(o.closed_loop ? "--concurrency: " : "--rate: ",
+                                     levels.status().message()));
+    }
+    o.levels = *levels;
+    if (o.search) std::sort(o.levels.begin(), o.levels.end());
+  }
+  o.max_behind_ms = absl::GetFlag(FLAGS_max_behind_ms);
+  if (absl::Status s = ReadInputs(&o); !s.ok()) return UsageError(s.message());
+  for (const WorkloadSpec& spec : o.workloads) {
+    if (absl::StatusOr<int64_t> b = CheckWorkloadBytes(spec, (int64_t{1} << 31) - 1); !b.ok()) {
+      return UsageError(absl::StrCat("--", b.status().message()));
+    }
+  }
+  o.gpu_metrics_url = absl::GetFlag(FLAGS_gpu_metrics_url);
+  o.gpu_util_metric = absl::GetFlag(FLAGS_gpu_util_metric);
+  o.gpu_power_metric = absl::GetFlag(FLAGS_gpu_power_metric);
+  o.gpu_memory_metric = absl::GetFlag(FLAGS_gpu_memory_metric);
+  o.gpu_memory_unit_bytes = absl::GetFlag(FLAGS_gpu_memory_unit_bytes);
   const std::string arrival = absl::GetFlag(FLAGS_arrival);
   if (arrival != "constant" && arrival != "poisson") {
-    return Fail(absl::InvalidArgumentError("--arrival is constant or poisson"));
+    return UsageError("--arrival is constant or poisson");
   }
   o.poisson = arrival == "poisson";
   o.late_us = absl::GetFlag(FLAGS_late_us);
@@ -181,7 +361,7 @@ int Main() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.verify_fraction = absl::GetFlag(FLAGS_verify_fraction);
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  o.max_attempts = std::max(1, absl::GetFlag(FLAGS_attempts));
+  o.max_attempts = absl::GetFlag(FLAGS_attempts);
   o.metrics_url = absl::GetFlag(FLAGS_metrics_url);
   o.queue_metric = absl::GetFlag(FLAGS_queue_metric);
   o.compute_metric = absl::GetFlag(FLAGS_compute_metric);
@@ -246,7 +426,7 @@ int Main() {
     return 0;
   }
   absl::StatusOr<std::unique_ptr<LoadRunner>> runner = LoadRunner::Create(o, client->get());
-  if (!runner.ok()) return Fail(runner.status());
+  if (!runner.ok()) return UsageError(runner.status().message());
   absl::StatusOr<RunReport> report = (*runner)->Run();
   if (!report.ok()) return Fail(report.status());
   if (!absl::GetFlag(FLAGS_json).empty()) {
@@ -263,12 +443,35 @@ int Main() {
     std::fprintf(stderr, "conv1d_load: wrong answers, first: %s\n", report->first_wrong.c_str());
     return 1;
   }
+  if (report->searched) return report->search.found ? 0 : 1;
   if (report->total_errors > 0 && !absl::GetFlag(FLAGS_allow_errors)) return 1;
   return 0;
 }
 
 }  // namespace
 }  // namespace conv1d
+
+// absl::ParseCommandLine exits with status 1 after --help and after a
+// malformed flag alike; this atexit handler makes those 0 and 2.
+bool g_flags_parsed = false;
+bool g_usage_flag_given = false;
+
+void FixParseExitStatus() {
+  if (g_flags_parsed) return;
+  std::fflush(nullptr);
+  std::_Exit(g_usage_flag_given ? 0 : 2);
+}
+
+bool IsUsageFlag(absl::string_view arg) {
+  if (!absl::ConsumePrefix(&arg, "-")) return false;
+  absl::ConsumePrefix(&arg, "-");
+  arg = arg.substr(0, arg.find('='));
+  for (absl::string_view name : {"help", "helpfull", "helpshort", "helppackage", "helpon",
+                                 "helpmatch", "version", "only_check_args"}) {
+    if (arg == name) return true;
+  }
+  return false;
+}
 
 int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
@@ -283,7 +486,16 @@ int main(int argc, char** argv) {
       "conv1d_load [flags]: load generator for conv1d-serve.\n"
       "  Closed loop: --concurrency=1,8,64 or 1:64:2; open loop: --rate=100:1600:2 "
       "[--arrival=poisson].\n  Exit 1 when a request failed (unless --allow_errors) or an "
-      "answer was wrong; 2 on usage/setup errors.");
-  absl::ParseCommandLine(argc, argv);
+      "answer was wrong, or --search found no level under its bound; 2 on usage/setup "
+      "errors.");
+  for (int i = 1; i < argc; ++i) {
+    if (IsUsageFlag(argv[i])) g_usage_flag_given = true;
+  }
+  std::atexit(FixParseExitStatus);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  g_flags_parsed = true;
+  if (args.size() > 1) {
+    return conv1d::UsageError(absl::StrCat("unexpected argument '", args[1], "'"));
+  }
   return conv1d::Main();
 }

@@ -83,8 +83,9 @@ absl::StatusOr<std::string> HttpGet(const std::string& url, absl::Duration timeo
 }
 
 double SumMetric(absl::string_view exposition, absl::string_view name,
-                 absl::string_view label_filter) {
+                 absl::string_view label_filter, int* samples) {
   double sum = 0;
+  if (samples != nullptr) *samples = 0;
   for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
     if (line.empty() || line[0] == '#') continue;
     if (!absl::StartsWith(line, name)) continue;
@@ -102,7 +103,10 @@ double SumMetric(absl::string_view exposition, absl::string_view name,
     rest = absl::StripLeadingAsciiWhitespace(rest);
     absl::string_view value = rest.substr(0, rest.find(' '));
     double v;
-    if (absl::SimpleAtod(value, &v)) sum += v;
+    if (absl::SimpleAtod(value, &v)) {
+      sum += v;
+      if (samples != nullptr) ++*samples;
+    }
   }
   return sum;
 }

@@ -18,9 +18,10 @@ namespace conv1d {
 absl::StatusOr<std::string> HttpGet(const std::string& url, absl::Duration timeout);
 
 // Sum of every sample named exactly `name` whose label text (between the
-// braces) contains `label_filter`; 0 when none.
+// braces) contains `label_filter`; 0 when none. `samples`, when given, is set
+// to how many samples were summed (e.g. one per GPU, for a mean).
 double SumMetric(absl::string_view exposition, absl::string_view name,
-                 absl::string_view label_filter = "");
+                 absl::string_view label_filter = "", int* samples = nullptr);
 
 }  // namespace conv1d
 

@@ -25,11 +25,23 @@ void WindowStats::Merge(const WindowStats& o) {
   server_compute_sum_s += o.server_compute_sum_s;
   server_compute_count += o.server_compute_count;
   server_requests += o.server_requests;
+  if (by_workload.size() < o.by_workload.size()) by_workload.resize(o.by_workload.size());
+  for (size_t i = 0; i < o.by_workload.size(); ++i) by_workload[i].Merge(o.by_workload[i]);
+  gpu.Merge(o.gpu);
+}
+
+void WorkloadCounts::Merge(const WorkloadCounts& o) {
+  completed += o.completed;
+  errors += o.errors;
+  for (const auto& [code, n] : o.errors_by_code) errors_by_code[code] += n;
+  bytes += o.bytes;
+  latencies_us.insert(latencies_us.end(), o.latencies_us.begin(), o.latencies_us.end());
 }
 
 LatencySummary Summarize(std::vector<double>& v) {
   LatencySummary s;
   if (v.empty()) return s;
+  s.count = static_cast<int64_t>(v.size());
   std::sort(v.begin(), v.end());
   s.p50_us = Percentile(v, 50);
   s.p90_us = Percentile(v, 90);

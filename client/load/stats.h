@@ -18,6 +18,27 @@ namespace conv1d {
 // empty input. p = 100 gives the maximum.
 double Percentile(const std::vector<double>& sorted, double p);
 
+// One workload's share of a window (a mix has several).
+struct WorkloadCounts {
+  int64_t completed = 0;  // successful and failed
+  int64_t errors = 0;
+  std::map<std::string, int64_t> errors_by_code;
+  int64_t bytes = 0;
+  std::vector<double> latencies_us;  // successes only
+  void Merge(const WorkloadCounts& other);
+};
+
+// GPU gauges read from a metrics endpoint at window boundaries (e.g. DCGM's
+// exporter): sums of samples and how many were taken.
+struct GpuSamples {
+  double util_sum = 0, power_sum = 0, memory_sum = 0;
+  int util_n = 0, power_n = 0, memory_n = 0;
+  void Merge(const GpuSamples& o) {
+    util_sum += o.util_sum, power_sum += o.power_sum, memory_sum += o.memory_sum;
+    util_n += o.util_n, power_n += o.power_n, memory_n += o.memory_n;
+  }
+};
+
 // What happened in one measurement window (or a merge of several).
 struct WindowStats {
   double duration_s = 0;
@@ -30,6 +51,8 @@ struct WindowStats {
   double server_queue_sum_s = 0, server_queue_count = 0;
   double server_compute_sum_s = 0, server_compute_count = 0;
   double server_requests = 0;
+  std::vector<WorkloadCounts> by_workload;  // indexed as the run's workloads
+  GpuSamples gpu;
 
   // Successful requests per second (failures are counted, not throughput).
   double throughput_rps() const {
@@ -39,7 +62,10 @@ struct WindowStats {
   void Merge(const WindowStats& other);
 };
 
+// Latency percentiles of the successes; `count` == 0 means there were none
+// and every figure is meaningless (reported as n/a).
 struct LatencySummary {
+  int64_t count = 0;
   double p50_us = 0, p90_us = 0, p95_us = 0, p99_us = 0, p999_us = 0, max_us = 0,
          mean_us = 0;
 };

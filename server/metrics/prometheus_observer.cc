@@ -106,7 +106,8 @@ std::vector<double> PrometheusObserver::ByteBuckets() {
 }
 
 PrometheusObserver::PrometheusObserver()
-    : registry_(std::make_shared<prometheus::Registry>()) {}
+    : registry_(std::make_shared<prometheus::Registry>()),
+      process_(std::make_shared<ProcessCollector>()) {}
 
 PrometheusObserver::~PrometheusObserver() {
   tls_proxy_.reset();  // before the exporter it forwards to
@@ -148,6 +149,7 @@ absl::StatusOr<std::unique_ptr<PrometheusObserver>> PrometheusObserver::Create(
         "request_timeout_ms", std::to_string(kMetricsRequestTimeoutMs)};
     obs->exposer_ = std::make_unique<prometheus::Exposer>(std::move(civet_options));
     obs->exposer_->RegisterCollectable(obs->registry_);
+    obs->exposer_->RegisterCollectable(obs->process_);
     std::vector<int> ports = obs->exposer_->GetListeningPorts();
     obs->exporter_port_ = ports.empty() ? 0 : ports.front();
     obs->bound_port_ = obs->exporter_port_;
@@ -445,7 +447,10 @@ void PrometheusObserver::SetBuildInfo(const std::string& backend,
 }
 
 std::string PrometheusObserver::Render() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> process = process_->Collect();
+  families.insert(families.end(), process.begin(), process.end());
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void PrometheusObserver::OnRequestStart(const char* method) {

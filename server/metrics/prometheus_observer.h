@@ -6,7 +6,8 @@
 // kMetricsThreads threads and drops a connection that sends no complete
 // request within kMetricsRequestTimeoutMs, so idle or slow connections do
 // not hold up scrapes.
-// Every metric is listed in docs/metrics.md.
+// Every metric is listed in docs/metrics.md; the standard process_* metrics
+// come from ProcessCollector.
 //
 // Used by the server's main: it creates one, hands it to the frontend, the
 // scheduler, the weight registry and the backends as their Observer, and
@@ -38,6 +39,7 @@
 #include "server/metrics/lazy_children.h"
 #include "server/metrics/session_metrics.h"
 #include "server/metrics/metrics_tls.h"
+#include "server/metrics/process_collector.h"
 
 namespace conv1d {
 
@@ -164,6 +166,7 @@ class PrometheusObserver final : public Observer {
 
   // Declared first so that it outlives every pointer below and the exposer.
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<ProcessCollector> process_;  // process_* metrics, read on scrape
 
   absl::Mutex build_info_mu_;
   prometheus::Family<prometheus::Gauge>* build_info_family_ = nullptr;

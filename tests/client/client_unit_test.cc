@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "client/host_tensor.h"
 #include "client/load/prom_scrape.h"
@@ -305,6 +306,9 @@ TEST(Prometheus, SumsSamplesAcrossLabels) {
   EXPECT_EQ(SumMetric(text, "conv1d_compute_seconds_sum"), 0.25);
   EXPECT_EQ(SumMetric(text, "conv1d_compute_seconds_count"), 1000);
   EXPECT_EQ(SumMetric(text, "absent"), 0);
+  int samples = -1;
+  EXPECT_EQ(SumMetric(text, "conv1d_requests_total", "", &samples), 130);
+  EXPECT_EQ(samples, 3) << text;
   EXPECT_FALSE(HttpGet("ftp://x/metrics", absl::Seconds(1)).ok());
 }
 
@@ -318,6 +322,7 @@ TEST(Report, JsonAndCsvCarryEveryStep) {
   s.errors = 2;
   s.errors_by_code["RESOURCE_EXHAUSTED"] = 2;
   s.latency.p99_us = 123.5;
+  s.latency.count = 98;
   r.steps = {s, s};
   const std::string j = ReportJson(r);
   EXPECT_NE(j.find("\"steps\": ["), std::string::npos);
@@ -326,8 +331,11 @@ TEST(Report, JsonAndCsvCarryEveryStep) {
   EXPECT_NE(j.find("fwd \\\"quoted\\\""), std::string::npos);
   const std::string c = ReportCsv(r);
   EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 3);
-  // mode, concurrency, rate (empty in closed loop), requests, errors, codes.
-  EXPECT_NE(c.find("\nconcurrency,8,,100,2,RESOURCE_EXHAUSTED:2,"), std::string::npos) << c;
+  // row, step, index, name, mode, concurrency, rate (empty in closed loop),
+  // requests, errors, codes.
+  EXPECT_NE(c.find("\nstep,1,,,concurrency,8,,100,2,RESOURCE_EXHAUSTED:2,"), std::string::npos)
+      << c;
+  EXPECT_NE(j.find("\"p99_us\": 123.5"), std::string::npos);
 }
 
 TEST(Report, CsvColumnsAreTheJsonStepFields) {
@@ -345,15 +353,70 @@ TEST(Report, CsvColumnsAreTheJsonStepFields) {
   r.steps = {s};
   const std::string c = ReportCsv(r);
   const std::string header = c.substr(0, c.find('\n'));
-  EXPECT_EQ(header, "mode," + absl::StrJoin(StepColumns(), ","));
-  // Every column but the closed loop's level is a key of the JSON step.
+  EXPECT_EQ(header, "row,step,index,name,mode," + absl::StrJoin(StepColumns(), ","));
+  // Every column but the closed loop's level and the GPU figures (not
+  // scraped) is a key of the JSON step.
   const std::string j = ReportJson(r);
   for (const std::string& column : StepColumns()) {
     const bool in_json = j.find("\"" + column + "\": ") != std::string::npos;
-    EXPECT_EQ(in_json, column != "concurrency") << column;
+    EXPECT_EQ(in_json, column != "concurrency" && !absl::StartsWith(column, "gpu_")) << column;
   }
-  EXPECT_NE(c.find("\nrate,,250,10,"), std::string::npos) << c;
+  EXPECT_NE(c.find("\nstep,0,,,rate,,250,10,"), std::string::npos) << c;
   EXPECT_NE(c.find(",0.5,1.5,"), std::string::npos) << c;  // window_s, measured_s
+}
+
+TEST(Report, WindowAndWorkloadRowsAndNothingMeasured) {
+  RunReport r;
+  r.mode = "concurrency";
+  StepResult s;
+  s.level = 4;
+  RowResult w0, w1, mix;
+  w0.index = 0, w0.requests = 7, w0.latency.count = 7, w0.latency.p99_us = 50;
+  w1.index = 1, w1.requests = 3, w1.errors = 3, w1.errors_by_code["UNAVAILABLE"] = 3;
+  mix.index = 0, mix.name = "fwd a,b", mix.requests = 10;
+  s.window_rows = {w0, w1};
+  s.workload_rows = {mix};
+  r.steps = {s};
+  r.searched = true;
+  r.search.p99_bound_us = 2000;
+  const std::string j = ReportJson(r);
+  EXPECT_NE(j.find("{\"window\": 0, \"requests\": 7,"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"p99_us\": 50"), std::string::npos) << j;
+  // A window without a success: its latency figures are null, not 0.
+  EXPECT_NE(j.find("{\"window\": 1, \"requests\": 3, \"errors\": 3, \"errors_by_code\": "
+                   "{\"UNAVAILABLE\": 3}, \"throughput_rps\": 0, \"gbps\": 0, "
+                   "\"p50_us\": null"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("{\"workload\": 0, \"name\": \"fwd a,b\", \"requests\": 10"),
+            std::string::npos)
+      << j;
+  EXPECT_NE(j.find("\"search\": {\"p99_bound_us\": 2000, \"found\": false}"),
+            std::string::npos)
+      << j;
+  const std::string c = ReportCsv(r);
+  EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 5);  // header, step, 2 windows, 1 workload
+  EXPECT_NE(c.find("\nwindow,0,1,,concurrency,,,3,3,UNAVAILABLE:3,0,0,n/a,n/a,"),
+            std::string::npos)
+      << c;
+  EXPECT_NE(c.find("\nworkload,0,0,fwd a;b,concurrency,"), std::string::npos) << c;
+  EXPECT_NE(StepLine(s).find("p50       n/a"), std::string::npos) << StepLine(s);
+}
+
+TEST(Stats, MergeKeepsWorkloadsApart) {
+  WindowStats a, b;
+  a.by_workload.resize(2);
+  b.by_workload.resize(2);
+  a.by_workload[0].completed = 2, a.by_workload[0].latencies_us = {1, 2};
+  b.by_workload[1].completed = 1, b.by_workload[1].errors = 1;
+  b.by_workload[1].errors_by_code["INTERNAL"] = 1;
+  a.Merge(b);
+  EXPECT_EQ(a.by_workload[0].completed, 2);
+  EXPECT_EQ(a.by_workload[1].completed, 1);
+  EXPECT_EQ(a.by_workload[1].errors_by_code["INTERNAL"], 1);
+  EXPECT_EQ(a.by_workload[0].latencies_us.size(), 2u);
+  std::vector<double> none;
+  EXPECT_EQ(Summarize(none).count, 0);
 }
 
 // The --verify path: the CPU reference against an in-test float64 forward.

@@ -8,17 +8,26 @@ JSON and CSV parse and carry the same fields and values, --duration_s is the
 measured time per step in windows of --window_s, open loop holds its rate, an
 overloaded server's RESOURCE_EXHAUSTED answers are reported by code with exit
 status 1 (0 with --allow_errors, still reported), sampled verification against
-the CPU backend counts no wrong answer, the progress line is drawn on a
-terminal only, and session workloads (session, unary-decode-fwd) check every
-step (none wrong against cpu, wrong against echo).
+the CPU backend counts no wrong answer, and the progress line is drawn on a
+terminal only; session workloads (session, unary-decode-fwd) check every
+step (none wrong against cpu, wrong against echo); per-window and per-workload
+rows add up to their step; --search
+finds a load whose p99 is under the bound (CPU backend) and says when none is;
+a schedule file sets the send times and .npy files the inputs; an open-loop
+step that falls behind ends early, marked overloaded, and the sweep stops;
+statistics of nothing are n/a; GPU gauges are scraped from --gpu_metrics_url.
 """
 import csv
+import http.server
 import json
 import os
 import pty
 import subprocess
 import sys
+import threading
 import unittest
+
+import numpy as np
 
 from e2e_util import Server, run, tmpdir
 
@@ -37,21 +46,40 @@ class LoadAgainstEcho(unittest.TestCase):
         self.assertGreater(s["throughput_rps"], 0)
         self.assertGreater(s["gbps"], 0)
 
+    def check_row(self, row, obj):
+        """Every field of a JSON object is a CSV column holding the same value."""
+        for key, value in obj.items():
+            if key in ("window_rows", "workload_rows", "window", "workload", "name"):
+                continue
+            self.assertIn(key, row, f"CSV lacks the JSON field {key}")
+            if key == "errors_by_code":
+                cell = dict(kv.split(":") for kv in row[key].split(";") if kv)
+                self.assertEqual({k: int(v) for k, v in cell.items()}, value)
+            elif isinstance(value, bool):
+                self.assertEqual(row[key], "true" if value else "false", key)
+            elif value is None:
+                self.assertEqual(row[key], "n/a", key)
+            else:
+                self.assertEqual(float(row[key]), value, key)
+
     def check_csv_matches_json(self, rows, steps, mode):
-        """Every JSON step field is a CSV column holding the same value."""
-        self.assertEqual(len(rows), len(steps))
-        for row, s in zip(rows, steps):
-            self.assertEqual(row["mode"], mode)
+        """Step, window and workload rows hold the JSON's values, in order."""
+        self.assertEqual(len([r for r in rows if r["row"] == "step"]), len(steps))
+        i = 0
+        for n, s in enumerate(steps):
+            row = rows[i]
+            self.assertEqual((row["row"], row["step"], row["mode"]), ("step", str(n), mode))
             self.assertEqual(row["rate" if mode == "concurrency" else "concurrency"], "")
-            for key, value in s.items():
-                self.assertIn(key, row, f"CSV lacks the JSON step field {key}")
-                if key == "errors_by_code":
-                    cell = dict(kv.split(":") for kv in row[key].split(";") if kv)
-                    self.assertEqual({k: int(v) for k, v in cell.items()}, value)
-                elif isinstance(value, bool):
-                    self.assertEqual(row[key], "true" if value else "false", key)
-                else:
-                    self.assertEqual(float(row[key]), value, key)
+            self.check_row(row, s)
+            i += 1
+            for kind in ("window", "workload"):
+                for k, obj in enumerate(s[f"{kind}_rows"]):
+                    row = rows[i]
+                    self.assertEqual((row["row"], row["step"], row["index"]),
+                                     (kind, str(n), str(k)))
+                    self.check_row(row, obj)
+                    i += 1
+        self.assertEqual(i, len(rows))
 
     def assert_no_progress_line(self, r):
         """Not a terminal: no live progress line (drawn with carriage returns)."""
@@ -88,7 +116,16 @@ class LoadAgainstEcho(unittest.TestCase):
         with open(cs) as f:
             rows = list(csv.DictReader(f))
         self.check_csv_matches_json(rows, steps, "concurrency")
-        self.assertEqual([int(row["concurrency"]) for row in rows], [1, 8])
+        self.assertEqual([int(row["concurrency"]) for row in rows if row["row"] == "step"], [1, 8])
+        for s in steps:
+            # Every window has its row; the reported windows' rows add up to the step.
+            self.assertEqual(len(s["window_rows"]), s["windows"])
+            reported = s["window_rows"][-2:] if s["stable"] else s["window_rows"][-2:]
+            self.assertEqual(sum(w["requests"] for w in reported), s["requests"])
+            self.assertEqual(sum(w["server_requests"] for w in reported), s["server_requests"])
+            (w,) = s["workload_rows"]
+            self.assertEqual(w["requests"], s["requests"])
+            self.assertEqual(w["p99_us"], s["p99_us"])
 
     def test_duration_is_measured_time_in_windows(self):
         d = tmpdir()
@@ -181,7 +218,198 @@ class LoadAgainstEcho(unittest.TestCase):
         self.assertIn(b"\r\033[K[concurrency 1]", out)
 
 
+    def test_mix_has_a_row_per_workload(self):
+        d = tmpdir()
+        mix, js, cs = (os.path.join(d, n) for n in ("mix.txt", "r.json", "r.csv"))
+        with open(mix, "w") as f:
+            f.write("weight=3 shape=1x64x16\nweight=1 op=bwd shape=2x32x8 dtype=fp16\n")
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            r = run([LOAD, f"--target={srv.target}", f"--mix={mix}", "--concurrency=4",
+                     "--duration_s=0.6", "--warmup_s=0.1", "--stable_windows=2",
+                     "--stability_pct=1000", f"--json={js}", f"--csv={cs}"])
+            self.assertEqual(r.returncode, 0)
+        with open(js) as f:
+            (s,) = json.load(f)["steps"]
+        fwd, bwd = s["workload_rows"]
+        self.assertIn("fwd fp32/fp32 1x64x16", fwd["name"])
+        self.assertIn("bwd fp16/fp16 2x32x8", bwd["name"])
+        self.assertEqual(fwd["requests"] + bwd["requests"], s["requests"])
+        self.assertAlmostEqual(fwd["throughput_rps"] + bwd["throughput_rps"],
+                               s["throughput_rps"], delta=s["throughput_rps"] * 1e-4 + 1e-3)
+        # Shares follow the mix weights (3:1), within sampling noise.
+        self.assertGreater(fwd["requests"], 1.5 * bwd["requests"])
+        self.assertLessEqual(max(fwd["p99_us"], bwd["p99_us"]), s["max_us"])
+        with open(cs) as f:
+            rows = list(csv.DictReader(f))
+        self.check_csv_matches_json(rows, [s], "concurrency")
+        self.assertEqual([r["name"] for r in rows if r["row"] == "workload"],
+                         [fwd["name"], bwd["name"]])
+
+    def test_open_loop_falling_behind_ends_early_and_stops_the_sweep(self):
+        js = os.path.join(tmpdir(), "r.json")
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            # 8 in flight at most: a million requests/s cannot be sent, so the
+            # sends fall behind their schedule at once.
+            r = run([LOAD, f"--target={srv.target}", "--rate=1000000,2000000",
+                     "--shape=1x64x16", "--max_outstanding=8", "--max_behind_ms=100",
+                     "--duration_s=4", "--warmup_s=0.1", "--stable_windows=2",
+                     f"--json={js}"])
+        with open(js) as f:
+            rep = json.load(f)
+        (s,) = rep["steps"]  # the second level is not run
+        self.assertTrue(s["overloaded"], s)
+        self.assertLess(s["measured_s"], 2.0)
+        self.assertGreater(s["max_late_us"], 100e3)
+        self.assertIn("OVERLOADED (ended early)", r.stdout)
+        self.assertIn("the higher levels are not run", r.stdout)
+
+    def test_nothing_succeeded_reports_na(self):
+        d = tmpdir()
+        js, cs = os.path.join(d, "r.json"), os.path.join(d, "r.csv")
+        with Server(SERVER, CLIENT, "--backend=echo") as srv:
+            # Width 300 is refused by the server: every request fails.
+            r = run([LOAD, f"--target={srv.target}", "--concurrency=1", "--shape=1x16x16",
+                     "--width=300", "--duration_s=0.3", "--warmup_s=0.1",
+                     "--stable_windows=1", f"--json={js}", f"--csv={cs}"])
+            self.assertEqual(r.returncode, 1)
+        with open(js) as f:
+            (s,) = json.load(f)["steps"]
+        self.assertEqual(s["errors"], s["requests"])
+        self.assertGreater(s["errors_by_code"]["INVALID_ARGUMENT"], 0)
+        for key in ("p50_us", "p90_us", "p99_us", "max_us", "mean_us"):
+            self.assertIsNone(s[key], key)
+        self.assertRegex(r.stdout, r"p50\s+n/a\s+p90\s+n/a")
+        with open(cs) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(rows[0]["p50_us"], "n/a")
+        self.check_csv_matches_json(rows, [s], "concurrency")
+
+    def test_gpu_gauges_from_metrics_url(self):
+        """DCGM-style gauges of two devices, served over HTTP: utilization and
+        power are averaged over devices, memory summed (MiB to bytes)."""
+        body = ("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+                'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 40\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 60\n'
+                'DCGM_FI_DEV_POWER_USAGE{gpu="0"} 300\nDCGM_FI_DEV_POWER_USAGE{gpu="1"} 350\n'
+                'DCGM_FI_DEV_FB_USED{gpu="0"} 1000\nDCGM_FI_DEV_FB_USED{gpu="1"} 2000\n').encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        js = os.path.join(tmpdir(), "r.json")
+        try:
+            with Server(SERVER, CLIENT, "--backend=echo") as srv:
+                r = run([LOAD, f"--target={srv.target}", "--concurrency=1", "--shape=1x16x16",
+                         "--duration_s=0.4", "--warmup_s=0.1", "--stable_windows=2",
+                         "--stability_pct=1000", f"--json={js}",
+                         f"--gpu_metrics_url=http://127.0.0.1:{httpd.server_port}/metrics"])
+                self.assertEqual(r.returncode, 0)
+        finally:
+            httpd.shutdown()
+        with open(js) as f:
+            (s,) = json.load(f)["steps"]
+        self.assertEqual(s["gpu_util_pct"], 50)
+        self.assertEqual(s["gpu_power_w"], 325)
+        self.assertEqual(s["gpu_memory_bytes"], 3000 * 2 ** 20)
+        for w in s["window_rows"]:
+            self.assertEqual(w["gpu_util_pct"], 50)
+        self.assertIn("gpu 50 % 325 W 3.15 GB", r.stdout)
+
+
 class LoadAgainstCpu(unittest.TestCase):
+    def test_search_finds_a_load_under_the_p99_bound(self):
+        js = os.path.join(tmpdir(), "r.json")
+        bound_ms = 50.0
+        with Server(SERVER, CLIENT, "--backend=cpu") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--search", f"--search_p99_ms={bound_ms}",
+                     "--concurrency=1:16:2", "--search_steps=2", "--shape=1x64x64",
+                     "--duration_s=0.4", "--warmup_s=0.1", "--stable_windows=2",
+                     "--max_trials=3", "--stability_pct=1000", f"--json={js}"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        with open(js) as f:
+            rep = json.load(f)
+        found = rep["search"]
+        self.assertTrue(found["found"], found)
+        self.assertEqual(found["p99_bound_us"], bound_ms * 1e3)
+        best = rep["steps"][found["step"]]
+        self.assertLessEqual(best["p99_us"], bound_ms * 1e3)
+        self.assertEqual(best["errors"], 0)
+        self.assertEqual(found["concurrency"], best["concurrency"])
+        self.assertEqual(found["throughput_rps"], best["throughput_rps"])
+        self.assertEqual(found["p99_us"], best["p99_us"])
+        # The best is the highest throughput among the steps that held.
+        held = [s for s in rep["steps"] if s["errors"] == 0 and s["p99_us"] <= bound_ms * 1e3]
+        self.assertEqual(max(s["throughput_rps"] for s in held), best["throughput_rps"])
+        self.assertRegex(r.stdout, r"search: best concurrency \d+: [\d.]+ req/s with p99 ")
+
+    def test_search_without_a_level_under_the_bound_exits_1(self):
+        js = os.path.join(tmpdir(), "r.json")
+        with Server(SERVER, CLIENT, "--backend=cpu") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--search", "--search_p99_ms=0.000001",
+                     "--concurrency=1:4:2", "--shape=1x64x64", "--duration_s=0.2",
+                     "--warmup_s=0.05", "--stable_windows=1", f"--json={js}"])
+            self.assertEqual(r.returncode, 1)
+        with open(js) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["search"], {"p99_bound_us": 0.001, "found": False})
+        self.assertEqual(len(rep["steps"]), 1)  # the first level missed: nothing to bisect
+        self.assertIn("search: no step kept p99 under", r.stdout)
+
+    def test_schedule_file_and_npy_inputs(self):
+        d = tmpdir()
+        sched, xf, js = (os.path.join(d, n) for n in ("s.txt", "x.npy", "r.json"))
+        # 100 sends 4 ms apart: 250 requests/s, repeated for the whole step.
+        with open(sched, "w") as f:
+            f.write("# seconds from the start\n" + "".join(f"{i * 0.004:.3f}\n" for i in range(100)))
+        rng = np.random.default_rng(5)
+        np.save(xf, rng.uniform(-1, 1, (2, 24, 33)).astype(np.float32))
+        with Server(SERVER, CLIENT, "--backend=cpu") as srv:
+            before = srv.metric("conv1d_requests_total", FORWARD)
+            r = run([LOAD, f"--target={srv.target}", f"--schedule={sched}", f"--x_file={xf}",
+                     "--verify_fraction=1", "--duration_s=0.8", "--warmup_s=0.2",
+                     "--stable_windows=2", "--stability_pct=1000", f"--json={js}"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            after = srv.metric("conv1d_requests_total", FORWARD)
+        with open(js) as f:
+            rep = json.load(f)
+        self.assertEqual(rep["mode"], "schedule")
+        self.assertIn("fwd fp32/fp32 2x24x33", rep["workloads"][0])  # shape from the file
+        (s,) = rep["steps"]
+        self.assertAlmostEqual(s["rate"], 250, delta=0.01)
+        self.assertGreater(s["throughput_rps"], 150)
+        self.assertLess(s["throughput_rps"], 350)
+        self.assertEqual(after - before, s["completed_total"])
+        # Answers checked against the CPU reference of the file's x.
+        self.assertGreater(s["verified"], 0)
+        self.assertEqual(s["wrong"], 0)
+
+    def test_bad_values_exit_2(self):
+        for args, needle in [(["--concurrency=0"], "concurrency"),
+                             (["--search"], "--search_p99_ms"),
+                             (["--rate=10", "--schedule=/nonexistent"], "one of"),
+                             (["--schedule=/nonexistent"], "/nonexistent"),
+                             (["--shape=100000x100000x100000"], "shape"),
+                             (["--width=0"], "width"),
+                             (["--x_file=/nonexistent.npy"], "--x_file"),
+                             (["--timeout_s=0"], "--timeout_s"),
+                             (["--verify_fraction=1.5"], "--verify_fraction"),
+                             (["--duration_s=-1"], "--duration_s"),
+                             (["--max_outstanding=0"], "--max_outstanding"),
+                             (["--no_such_flag"], "no_such_flag")]:
+            r = run([LOAD, "--target=127.0.0.1:1", *args])
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn(needle, r.stderr, args)
+        self.assertEqual(run([LOAD, "--help"]).returncode, 0)
+
+
     def test_verify_fraction_counts_no_wrong_answers(self):
         js = os.path.join(tmpdir(), "r.json")
         with Server(SERVER, CLIENT, "--backend=cpu", "--threads=1") as srv:

@@ -2,15 +2,18 @@
 """The Python conv1d_client package against a live conv1d_server --backend=cpu,
 forward and backward checked against NumPy float64 references.
 
-usage: python_client_test.py SERVER CLIENT   (PYTHONPATH: stubs + package)
+usage: python_client_test.py SERVER CLIENT   (PYTHONPATH: client/python)
 """
+import asyncio
 import sys
 import unittest
 
 import grpc
 import numpy as np
 
+import conv1d_client
 from conv1d_client import Client, bf16_to_float32, float32_to_bf16
+from conv1d_client.aio import AsyncClient
 from conv1d_client.client import reference_backward, reference_forward
 from e2e_util import Server, seed_for_test
 
@@ -140,14 +143,63 @@ class PythonClient(unittest.TestCase):
         np.testing.assert_allclose(np.concatenate(ys, axis=2), ref, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(self.c.export_session(opened.session_id),
                                       ref_state.astype(np.float32))
-        with self.assertRaises(grpc.RpcError) as e:
+        with self.assertRaises(conv1d_client.InvalidArgumentError) as e:
             self.c.session_step(opened.session_id, x[:, :4, :1])
-        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-        self.assertIn("x.shape[1]", e.exception.details())
+        self.assertIn("x.shape[1]", e.exception.message)
         self.c.close_session(opened.session_id)
-        with self.assertRaises(grpc.RpcError) as e:
+        with self.assertRaises(conv1d_client.NotFoundError):
             self.c.session_step(opened.session_id, x[:, :, :1])
-        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_bad_request_raises_invalid_argument_naming_the_field(self):
+        x, w, b, _ = self.data(1, 8, 16, 4)
+        with self.assertRaises(conv1d_client.InvalidArgumentError) as cm:
+            self.c.forward(x, w[:4], b)
+        e = cm.exception
+        self.assertIsInstance(e, conv1d_client.Conv1dError)
+        self.assertEqual(e.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(e.method, "Forward")
+        self.assertIn("weight", e.message)
+        self.assertTrue(e.request_id, "the server's x-request-id trailer")
+        self.assertIn(e.message, str(e))
+
+    def test_unknown_weights_raise_not_found(self):
+        x, _, _, _ = self.data(1, 8, 16, 4)
+        with self.assertRaises(conv1d_client.NotFoundError) as cm:
+            self.c.forward(x, weights_name="py_no_such_set")
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("py_no_such_set", cm.exception.message)
+
+    def test_bad_local_argument_raises_value_error_before_sending(self):
+        x, w, b, _ = self.data(1, 8, 16, 4)
+        with self.assertRaisesRegex(ValueError, "layout"):
+            self.c.forward(x, w, b, layout="nchw")
+        with self.assertRaisesRegex(ValueError, "weight"):
+            self.c.forward(x)
+
+    def test_unreachable_server_raises_unavailable(self):
+        with Client("127.0.0.1:1", timeout_s=2, max_attempts=2) as c:
+            with self.assertRaises(conv1d_client.UnavailableError):
+                c.server_info()
+
+    def test_asyncio_client_matches_reference(self):
+        x, w, b, init = self.data(2, 16, 40, 4)
+
+        async def go():
+            async with AsyncClient(self.srv.target, timeout_s=30) as c:
+                self.assertEqual(await c.health(), "SERVING")
+                results = await asyncio.gather(
+                    *(c.forward(x[i:i + 1], w, b, initial_states=init[i:i + 1])
+                      for i in range(2)))
+                with self.assertRaises(conv1d_client.InvalidArgumentError) as cm:
+                    await c.forward(x, w[:3], b)
+                self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+                return results
+
+        results = asyncio.run(go())
+        ref, _ = reference_forward(x, w, b, init)
+        for i, (y, final) in enumerate(results):
+            self.assertIsNone(final)
+            np.testing.assert_allclose(y[0], ref[i], rtol=1e-5, atol=1e-6)
 
     def test_bf16_conversion_rounds_to_nearest_even(self):
         v = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -2.5], dtype=np.float32)

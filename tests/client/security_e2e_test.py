@@ -21,6 +21,8 @@ import unittest
 import urllib.request
 
 import grpc
+
+import conv1d_client
 import numpy as np
 
 from conv1d_client import Client
@@ -53,9 +55,13 @@ def make_leaf(d, name, ca):
 
 
 def code_of(fn):
+    """The gRPC code of a client call: the Python client raises typed
+    Conv1dError subclasses (carrying .code), a raw stub grpc.RpcError."""
     try:
         fn()
         return grpc.StatusCode.OK
+    except conv1d_client.Conv1dError as e:
+        return e.code
     except grpc.RpcError as e:
         return e.code()
 

@@ -6,7 +6,8 @@
                                               with DIR, DIR/.dockerignore (the legacy
                                               builder's) equals each FILE.dockerignore
   check_deploy.py k8s KUBECTL K8S_DIR [PROMTOOL]  rendered overlays: GPU, probes, drain
-  check_deploy.py compose COMPOSE_FILE        stack: services, devices, mounted paths
+  check_deploy.py compose COMPOSE_FILE ROCM_OVERRIDE CUDA_OVERRIDE
+                                              stack: services, devices, mounted paths
 
 Each prints what it checked and exits 1 with every problem it found.
 """
@@ -86,6 +87,8 @@ def check_dockerfile(path):
     health = [r for w, r in final if w == "HEALTHCHECK"]
     if not health or "conv1d_client" not in health[-1] or "health" not in health[-1]:
         fail(path, "runtime stage has no HEALTHCHECK running `conv1d_client health`")
+    elif "--listen_of_pid=1" not in health[-1]:
+        fail(path, "HEALTHCHECK does not follow the server's --listen (--listen_of_pid=1)")
     if ("STOPSIGNAL", "SIGTERM") not in final:
         fail(path, "runtime stage has no STOPSIGNAL SIGTERM")
     if not any(w == "ENTRYPOINT" and "conv1d_server" in r for w, r in final):
@@ -270,7 +273,7 @@ def check_k8s(kubectl, k8s_dir, promtool):
 
 
 # ----------------------------------------------------------------- compose
-def check_compose(path):
+def check_compose(path, rocm_path, cuda_path):
     import yaml
     base = os.path.dirname(os.path.abspath(path))
     doc = yaml.safe_load(open(path))
@@ -300,10 +303,22 @@ def check_compose(path):
     dockerfile = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", build.get("dockerfile", "Dockerfile"))
     if not os.path.isfile(os.path.join(context, dockerfile)):
         fail(path, f"conv1d builds from {dockerfile}, which does not exist in {context}")
-    if not {"/dev/kfd", "/dev/dri"} <= set(srv.get("devices", [])):
-        fail(path, "conv1d does not map /dev/kfd and /dev/dri")
-    if "video" not in srv.get("group_add", []):
-        fail(path, "conv1d is not in group video")
+    # The base runs anywhere (CPU image, no devices); the overrides add the GPU.
+    if srv.get("devices") or srv.get("deploy"):
+        fail(path, "the base conv1d service maps devices: it would not start without a GPU")
+    rocm = yaml.safe_load(open(rocm_path))["services"]["conv1d"]
+    if not {"/dev/kfd", "/dev/dri"} <= set(rocm.get("devices", [])):
+        fail(rocm_path, "conv1d does not map /dev/kfd and /dev/dri")
+    if "video" not in rocm.get("group_add", []):
+        fail(rocm_path, "conv1d is not in group video")
+    cuda = yaml.safe_load(open(cuda_path))["services"]["conv1d"]
+    reservations = cuda.get("deploy", {}).get("resources", {}).get("reservations", {})
+    if not any(d.get("driver") == "nvidia" for d in reservations.get("devices", [])):
+        fail(cuda_path, "conv1d reserves no nvidia device")
+    for override in (rocm, cuda):
+        dockerfile = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", override["build"]["dockerfile"])
+        if not os.path.isfile(os.path.join(context, dockerfile)):
+            fail(path, f"an override builds from {dockerfile}, which does not exist")
     ports = " ".join(srv.get("ports", []))
     for port in (PORT_GRPC, PORT_METRICS):
         if f":{port}" not in ports:
@@ -344,7 +359,7 @@ def main():
     elif mode == "k8s":
         check_k8s(rest[0], rest[1], rest[2] if len(rest) > 2 else None)
     elif mode == "compose":
-        check_compose(rest[0])
+        check_compose(*rest[:3])
     else:
         print(__doc__, file=sys.stderr)
         return 2
