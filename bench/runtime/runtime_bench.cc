@@ -41,11 +41,12 @@
 #include "server/core/clock.h"
 #include "server/core/observer.h"
 #include "server/core/scheduler.h"
+#include "server/core/state_slots.h"
 
 ABSL_FLAG(double, duration_s, 3.0, "measured seconds per (mode, workload)");
 ABSL_FLAG(double, warmup_s, 1.0, "unmeasured seconds before each measurement");
 ABSL_FLAG(int, submitters, 64, "closed-loop submitter threads");
-ABSL_FLAG(std::string, workloads, "decode-fwd,small-fwd,large-fwd,large-bwd",
+ABSL_FLAG(std::string, workloads, "decode-fwd,decode-session,small-fwd,large-fwd,large-bwd",
           "comma list of workloads (also: decode-bf16, chunk-fwd, decode-update)");
 ABSL_FLAG(int, lanes_per_device, 4, "gpu backend lanes per device");
 ABSL_FLAG(std::string, request_memory, "both",
@@ -94,6 +95,8 @@ struct Workload {
   bool registered;  // weights registered (device-cached) vs inline
   bool states;      // initial_states in, final_states out (update: conv_state
                     // of W-1 in, conv_state_out out)
+  bool slots = false;  // update: conv_state kept in the backend's decode-session
+                       // state slots (device memory on gpu), one per submitter
 };
 
 Workload WorkloadByName(const std::string& n) {
@@ -107,6 +110,13 @@ Workload WorkloadByName(const std::string& n) {
   if (n == "chunk-fwd") return {n, Op::kForward, DType::kF32, 1, 1024, 32, true, true};
   // Decode through the update op: one token and its conv_state of W-1.
   if (n == "decode-update") return {n, Op::kUpdate, DType::kF32, 1, 5120, 1, true, true};
+  // Decode steps of sessions: the update with its conv_state in a state
+  // slot that stays on the device; only x and y cross the bus.
+  if (n == "decode-session") {
+    Workload w{n, Op::kUpdate, DType::kF32, 1, 5120, 1, true, true};
+    w.slots = true;
+    return w;
+  }
   std::fprintf(stderr, "unknown workload '%s'\n", n.c_str());
   std::exit(2);
 }
@@ -300,6 +310,24 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
     std::exit(1);
   }
   const BatchKey key = KeyOf(w);
+  // Session workloads: one state slot per submitter, from the backend (host
+  // memory where it keeps none).
+  std::unique_ptr<StateSlots> slots;
+  if (w.slots) {
+    StateSlotsOptions so_slots;
+    so_slots.slot_bytes = sets[0].buffers.conv_state.size();
+    so_slots.num_slots = submitters;
+    absl::StatusOr<std::unique_ptr<StateSlots>> made = backend->CreateStateSlots(so_slots);
+    if (!made.ok() && absl::IsUnimplemented(made.status())) {
+      absl::StatusOr<std::unique_ptr<HostStateSlots>> host = HostStateSlots::Create(so_slots);
+      if (host.ok()) made = std::unique_ptr<StateSlots>(std::move(*host));
+    }
+    if (!made.ok()) {
+      std::fprintf(stderr, "state slots: %s\n", made.status().ToString().c_str());
+      std::exit(1);
+    }
+    slots = std::move(*made);
+  }
   std::atomic<int> phase{0};  // 0 warm-up, 1 measure, 2 stop
   std::atomic<int64_t> wrong{0}, errors{0};
   std::vector<std::vector<double>> lat(submitters);
@@ -315,6 +343,17 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
       if (w.op == Op::kBackward) seg.dout = in.buffers.Segment().dout;
       if (w.states) seg.initial_states = in.buffers.Segment().initial_states;
       if (w.op == Op::kUpdate) seg.conv_state = in.buffers.Segment().conv_state;
+      if (slots != nullptr) {
+        // The state lives in this submitter's slot and advances in place.
+        const std::vector<uint8_t>& init = in.buffers.conv_state;
+        if (!slots->Write(s, 0, init.data(), static_cast<int64_t>(init.size())).ok()) {
+          errors.fetch_add(1);
+        }
+        seg.conv_state.data = slots->SlotData(s);
+        seg.conv_state.where = slots->SlotPlacement(s);
+        seg.conv_state_out.data = slots->SlotData(s);
+        seg.conv_state_out.where = seg.conv_state.where;
+      }
       // Host-memory mode: inputs and outputs live in the backend's host
       // buffers; outputs are copied back to `mine` only for the check.
       std::shared_ptr<void> host_y, host_dx, host_final, host_state_out;
@@ -337,7 +376,7 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
         out(seg.y, host_y);
         out(seg.dx, host_dx);
         out(seg.final_states, host_final);
-        out(seg.conv_state_out, host_state_out);
+        if (slots == nullptr) out(seg.conv_state_out, host_state_out);
       }
       auto copy_back = [&] {
         if (!host_memory) return;
@@ -408,6 +447,12 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
         if (!checked) {
           checked = true;
           copy_back();
+          if (slots != nullptr &&
+              !slots->Read(s, 0, mine.conv_state_out.data(),
+                           static_cast<int64_t>(mine.conv_state_out.size()))
+                   .ok()) {
+            errors.fetch_add(1);
+          }
           const bool ok =
               w.op == Op::kForward  ? Close(w.dtype, mine.y, in.buffers.y)
               : w.op == Op::kUpdate ? Close(w.dtype, mine.y, in.buffers.y) &&
@@ -460,9 +505,12 @@ Result RunMode(Backend* backend, const Workload& w, std::vector<InputSet>& sets,
 
 // Bytes a lane copies in and out for one request of `w`.
 void CopyBytes(const Workload& w, const ConvBuffers& b, int64_t* in, int64_t* out) {
-  *in = b.x.size() + b.dout.size() + b.initial_states.size() + b.conv_state.size() +
+  // Session states stay on the device: they cross no bus.
+  const int64_t state_in = w.slots ? 0 : b.conv_state.size();
+  const int64_t state_out = w.slots ? 0 : b.conv_state_out.size();
+  *in = b.x.size() + b.dout.size() + b.initial_states.size() + state_in +
         (w.registered ? 0 : b.weight.size() + b.bias.size());
-  *out = b.y.size() + b.dx.size() + b.final_states.size() + b.conv_state_out.size() +
+  *out = b.y.size() + b.dx.size() + b.final_states.size() + state_out +
          (w.op == Op::kBackward ? (w.d * 4 + w.d) * 4 : 0);
 }
 

@@ -1,5 +1,7 @@
 #include "server/core/weight_registry.h"
 
+#include <atomic>
+
 #include <limits>
 #include <string_view>
 #include <utility>
@@ -21,6 +23,11 @@ bool IsNameChar(char c) {
 std::string_view AsStd(absl::string_view s) { return {s.data(), s.size()}; }
 
 }  // namespace
+
+uint64_t NewUnregisteredWeightsId() {
+  static std::atomic<uint64_t> next{uint64_t{1} << 62};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 TensorView WeightSet::weight() const {
   TensorView v;

@@ -48,6 +48,11 @@ struct WeightOwner {
 // error to return. Called with the registry lock held; must not call back.
 using MayChangeFn = std::function<absl::Status(const WeightSet& existing)>;
 
+// An id for a weight set kept outside any registry (a decode session's
+// inline weights), from a range registry ids never reach, so that backends
+// may cache such sets on the device too. Never reused; thread-safe.
+uint64_t NewUnregisteredWeightsId();
+
 // Immutable once registered; always held through shared_ptr<const>.
 struct WeightSet : std::enable_shared_from_this<WeightSet> {
   std::string name;

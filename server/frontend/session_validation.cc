@@ -118,6 +118,8 @@ absl::Status ResolveSessionWeights(const v1::OpenSessionRequest& r,
     absl::Status s = CheckTensorOf(w.weight(), field, *dtype, 2, "[D, W]", nullptr, &weight);
     if (!s.ok()) return s;
     auto copy = std::make_shared<WeightSet>();
+    // Immutable for the session's life: backends may keep it on the device.
+    copy->id = NewUnregisteredWeightsId();
     copy->dtype = *dtype;
     copy->dim = weight.shape[0];
     copy->width = static_cast<int32_t>(weight.shape[1]);

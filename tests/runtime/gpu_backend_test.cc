@@ -21,6 +21,7 @@
 #include "server/backends/gpu/gpu_runtime.h"
 #include "server/core/observer.h"
 #include "server/core/segment_check.h"
+#include "server/core/state_slots.h"
 #include "tests/common/test_seed.h"
 
 namespace conv1d {
@@ -536,6 +537,88 @@ TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAf
   EXPECT_EQ(gpu::AllocationCount(), allocations)
       << "device or pinned memory was allocated on the request path";
   EXPECT_TRUE(gpu.Health().ok());
+}
+
+}  // namespace
+}  // namespace conv1d
+
+namespace conv1d {
+namespace {
+
+// Decode-session state slots in device memory: the slot operations agree
+// with host slots, and fused update steps whose conv_state and
+// conv_state_out are slots (read and written in place, nothing staged)
+// match the CPU, step after step.
+TEST_F(GpuBackendTest, SessionStepsReadAndWriteDeviceSlotsInPlace) {
+  GpuBackendOptions opt;
+  opt.lanes_per_device = 1;
+  opt.host_pool_bytes = 16 << 20;
+  auto gpu = GpuBackend::Create(opt);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const Case c{Op::kUpdate, DType::kF32, DType::kF32, Layout::kChannelFirst, 4};
+  const BatchKey key = KeyOf(c, 96);
+  const int64_t b = 2, k = 6;  // a state longer than W-1: history kept for rollback
+  StateSlotsOptions so;
+  so.slot_bytes = b * key.dim * k * 4;
+  so.num_slots = 3;
+  auto slots = (*gpu)->CreateStateSlots(so);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  auto host = HostStateSlots::Create(so);
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ((*slots)->SlotPlacement(1).kind, MemoryKind::kDeviceOwned);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 11);
+  std::mt19937_64 rng(test_seed);
+  // Slot operations against host slots.
+  const std::vector<uint8_t> state0 = Random(DType::kF32, b * key.dim * k, rng);
+  for (StateSlots* s : {slots->get(), static_cast<StateSlots*>(host->get())}) {
+    ASSERT_TRUE(s->Write(0, 0, state0.data(), so.slot_bytes).ok());
+    ASSERT_TRUE(s->Copy(0, 2, so.slot_bytes).ok());
+    ASSERT_TRUE(s->ShiftRight(2, b * key.dim, k, 4, 2).ok());
+  }
+  std::vector<uint8_t> got(so.slot_bytes), want(so.slot_bytes);
+  ASSERT_TRUE((*slots)->Read(2, 0, got.data(), so.slot_bytes).ok());
+  ASSERT_TRUE((*host)->Read(2, 0, want.data(), so.slot_bytes).ok());
+  EXPECT_EQ(got, want);
+
+  // Three steps of two sessions (slots 0 and 1), fused, against the CPU.
+  std::vector<std::unique_ptr<ConvBuffers>> cpu;
+  for (int i = 0; i < 2; ++i) {
+    cpu.push_back(MakeRequest(key, b, 1, rng, k));
+    ASSERT_TRUE((*slots)->Write(i, 0, cpu[i]->conv_state.data(), so.slot_bytes).ok());
+  }
+  for (int step = 0; step < 3; ++step) {
+    const int64_t s_tokens = 1 + step;  // mixed step sizes
+    std::vector<ConvBuffers> want_step;
+    std::vector<ConvSegment> segs;
+    std::vector<std::vector<uint8_t>> ys;
+    for (int i = 0; i < 2; ++i) {
+      ConvBuffers& r = *cpu[i];
+      r.seqlen = s_tokens;
+      r.x = Random(DType::kF32, b * key.dim * s_tokens, rng);
+      r.AllocateOutputs();
+      want_step.push_back(r);
+      ASSERT_TRUE(RunCpuConv(&want_step.back(), nullptr).ok());
+      ConvSegment seg = r.Segment();
+      seg.conv_state.data = (*slots)->SlotData(i);
+      seg.conv_state.where = (*slots)->SlotPlacement(i);
+      seg.conv_state_out.data = (*slots)->SlotData(i);
+      seg.conv_state_out.where = seg.conv_state.where;
+      segs.push_back(seg);
+    }
+    std::vector<ConvSegment*> ptrs = {&segs[0], &segs[1]};
+    BatchStats stats;
+    const absl::Status st = (*gpu)->RunBatch(0, key, absl::MakeSpan(ptrs), &stats);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(stats.launches, 1);
+    for (int i = 0; i < 2; ++i) {
+      SCOPED_TRACE(testing::Message() << "step " << step << " session " << i);
+      ExpectClose("y", DType::kF32, cpu[i]->y, want_step[i].y);
+      std::vector<uint8_t> state(so.slot_bytes);
+      ASSERT_TRUE((*slots)->Read(i, 0, state.data(), so.slot_bytes).ok());
+      ExpectClose("slot state", DType::kF32, state, want_step[i].conv_state_out);
+      cpu[i]->conv_state = want_step[i].conv_state_out;  // the chain goes on
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/util/thread_pool.h"
 #include "server/backends/gpu/batch_layout.h"
+#include "server/backends/gpu/device_state_slots.h"
 #include "server/backends/gpu/gpu_backend_internal.h"
 #include "server/backends/gpu/host_pool.h"
 #include "server/util/thread_pool.h"
@@ -306,6 +307,21 @@ std::vector<std::string> GpuBackend::devices() const {
 }
 
 int GpuBackend::num_lanes() const { return static_cast<int>(lanes_.size()); }
+
+absl::StatusOr<std::unique_ptr<StateSlots>> GpuBackend::CreateStateSlots(
+    const StateSlotsOptions& options) {
+  if (devices_.size() != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "decode sessions on the gpu backend need one device (--devices=N); this server "
+        "uses ", devices_.size()));
+  }
+  StateSlotsOptions on_device = options;
+  on_device.device = devices_[0]->index;
+  absl::StatusOr<std::unique_ptr<gpu::DeviceStateSlots>> slots =
+      gpu::DeviceStateSlots::Create(on_device);
+  if (!slots.ok()) return slots.status();
+  return std::unique_ptr<StateSlots>(std::move(*slots));
+}
 
 BackendLimits GpuBackend::limits() const {
   // A row's tensors, each with up to a slot's alignment padding, after the

@@ -129,6 +129,11 @@ class GpuBackend final : public Backend {
   int num_lanes() const override;
   // One row of a request must fit a lane buffer with its slot padding.
   BackendLimits limits() const override;
+  // Decode-session state slots in device memory (DeviceStateSlots): steps
+  // read and write their state in place. One device only: with several,
+  // UNIMPLEMENTED (a step must run on its slot's device).
+  absl::StatusOr<std::unique_ptr<StateSlots>> CreateStateSlots(
+      const StateSlotsOptions& options) override;
   absl::Status RunBatch(int lane, const BatchKey& key,
                         absl::Span<ConvSegment* const> segments,
                         BatchStats* stats) override;
