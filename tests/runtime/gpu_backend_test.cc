@@ -611,7 +611,7 @@ TEST_F(GpuBackendTest, SessionStepsReadAndWriteDeviceSlotsInPlace) {
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(stats.launches, 1);
     for (int i = 0; i < 2; ++i) {
-      SCOPED_TRACE(testing::Message() << "step " << step << " session " << i);
+      SCOPED_TRACE(::testing::Message() << "step " << step << " session " << i);
       ExpectClose("y", DType::kF32, cpu[i]->y, want_step[i].y);
       std::vector<uint8_t> state(so.slot_bytes);
       ASSERT_TRUE((*slots)->Read(i, 0, state.data(), so.slot_bytes).ok());
