@@ -27,6 +27,7 @@ if [[ $want_test == 1 ]]; then
     python3-venv          # fresh venvs: the Python package test, build/venv-oip (tritonclient, perf_analyzer)
     prometheus            # real Prometheus server + promtool for metric tests
     hipcc                 # compiles the HIP kernels for gfx90a/gfx940 in CI
+    clang-14              # the clang preset: -Wthread-safety build of the server
     yamllint shellcheck
     openssl               # certificates made by the security tests
     docker-compose        # 1.29: the oldest Compose the docs name parses deploy/compose*.yaml

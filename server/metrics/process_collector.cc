@@ -99,7 +99,9 @@ absl::StatusOr<ProcessStats> ReadProcessStats(const std::string& proc_root,
     for (absl::string_view line : absl::StrSplit(*limits, '\n')) {
       if (!absl::ConsumePrefix(&line, "Max open files")) continue;
       std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-      if (!parts.empty()) absl::SimpleAtod(parts[0], &s.max_fds);
+      // "unlimited" (or anything else not a number) leaves max_fds as it is.
+      double limit = 0;
+      if (!parts.empty() && absl::SimpleAtod(parts[0], &limit)) s.max_fds = limit;
     }
   }
   return s;

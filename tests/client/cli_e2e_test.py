@@ -15,7 +15,7 @@ import unittest
 
 import numpy as np
 
-from e2e_util import Server, run, tmpdir
+from e2e_util import Server, run, seed_for_test, tmpdir
 
 SERVER, CLIENT = sys.argv[1:3]
 
@@ -76,7 +76,7 @@ class CliAgainstCpu(unittest.TestCase):
 
     def test_npy_in_and_out(self):
         d = tmpdir()
-        rng = np.random.default_rng(5)
+        rng = np.random.default_rng(seed_for_test(5))
         x = rng.uniform(-1, 1, (2, 24, 37)).astype(np.float32)
         w = rng.uniform(-0.5, 0.5, (24, 4)).astype(np.float32)
         b = rng.uniform(-0.5, 0.5, 24).astype(np.float32)

@@ -1,10 +1,31 @@
 """Starting and stopping a conv1d_server for the client end-to-end tests."""
 import os
+import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+
+
+def seed_for_test(default):
+    """The seed of a randomized test: $CONV1D_TEST_SEED (an unsigned integer,
+    or "random" for a fresh one) when set, else `default`. Printed to stderr,
+    so that the output of a failing run names it (tests/README.md)."""
+    value = os.environ.get("CONV1D_TEST_SEED", "")
+    if value == "random":
+        seed = secrets.randbits(63)
+    elif value:
+        try:
+            seed = int(value, 0)
+        except ValueError:
+            raise ValueError(f"CONV1D_TEST_SEED='{value}' is not a seed "
+                             "(expected an unsigned integer or 'random')") from None
+    else:
+        seed = default
+    print(f"seed {seed} (replay: CONV1D_TEST_SEED={seed})", file=sys.stderr)
+    return seed
 
 
 def free_port():

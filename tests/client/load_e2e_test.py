@@ -29,7 +29,7 @@ import unittest
 
 import numpy as np
 
-from e2e_util import Server, run, tmpdir
+from e2e_util import Server, run, seed_for_test, tmpdir
 
 SERVER, CLIENT, LOAD = sys.argv[1:4]
 FORWARD = 'method="Forward"'
@@ -369,7 +369,7 @@ class LoadAgainstCpu(unittest.TestCase):
         # 100 sends 4 ms apart: 250 requests/s, repeated for the whole step.
         with open(sched, "w") as f:
             f.write("# seconds from the start\n" + "".join(f"{i * 0.004:.3f}\n" for i in range(100)))
-        rng = np.random.default_rng(5)
+        rng = np.random.default_rng(seed_for_test(5))
         np.save(xf, rng.uniform(-1, 1, (2, 24, 33)).astype(np.float32))
         with Server(SERVER, CLIENT, "--backend=cpu") as srv:
             before = srv.metric("conv1d_requests_total", FORWARD)

@@ -15,7 +15,7 @@ import conv1d_client
 from conv1d_client import Client, bf16_to_float32, float32_to_bf16
 from conv1d_client.aio import AsyncClient
 from conv1d_client.client import reference_backward, reference_forward
-from e2e_util import Server
+from e2e_util import Server, seed_for_test
 
 SERVER, CLIENT = sys.argv[1:3]
 
@@ -32,7 +32,7 @@ class PythonClient(unittest.TestCase):
         cls.srv.stop()
 
     def setUp(self):
-        self.rng = np.random.default_rng(11)
+        self.rng = np.random.default_rng(seed_for_test(11))
 
     def data(self, b, d, l, w):
         x = self.rng.uniform(-1, 1, (b, d, l)).astype(np.float32)

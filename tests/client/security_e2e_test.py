@@ -27,11 +27,10 @@ import numpy as np
 
 from conv1d_client import Client
 from conv1d_client.client import reference_forward
-from e2e_util import free_port, run
+from e2e_util import free_port, run, seed_for_test
 
 SERVER, CLI, LOAD = sys.argv[1:4]
-SEED = int(os.environ.get("CONV1D_TEST_SEED", time.time_ns() % 100000))
-print(f"seed {SEED}", flush=True)
+SEED = seed_for_test(31)
 
 
 def openssl(*args, cwd):

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "server/core/fake_clock.h"
 #include "server/core/scheduler.h"
+#include "tests/common/test_seed.h"
 #include "tests/core/scheduler_fixture.h"
 #include "tests/core/scheduler_test_util.h"
 
@@ -284,9 +285,10 @@ TEST_F(SchedulerLifecycleTest, StressEveryTaskCompletesExactlyOnce) {
   auto keepalive = std::make_shared<int>(7);
   std::atomic<int> cancelled_count{0}, expired_count{0};
   std::vector<std::thread> threads;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1234);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      std::mt19937 rng(1234 + t);
+      std::mt19937 rng(static_cast<uint32_t>(test_seed + t));
       for (int i = 0; i < kPerThread; ++i) {
         const uint64_t tag = uint64_t(t) * kPerThread + i + 1;
         auto task = MakeTask(tag, keys[rng() % 4], &done_, rng() % 4 + 1,

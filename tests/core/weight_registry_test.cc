@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/core/scheduler_test_util.h"
 
 namespace conv1d {
@@ -239,9 +240,10 @@ TEST(WeightRegistryTest, ConcurrentRegisterLookupUnregister) {
   constexpr int kWriters = 4, kReaders = 4, kOps = 500, kNames = 8;
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 0);
   for (int t = 0; t < kWriters; ++t) {
     threads.emplace_back([&, t] {
-      std::mt19937 rng(t);
+      std::mt19937 rng(static_cast<uint32_t>(test_seed + t));
       for (int i = 0; i < kOps; ++i) {
         const std::string name = "w" + std::to_string(rng() % kNames);
         if (rng() % 4 == 0) {
@@ -260,7 +262,7 @@ TEST(WeightRegistryTest, ConcurrentRegisterLookupUnregister) {
   }
   for (int t = 0; t < kReaders; ++t) {
     threads.emplace_back([&, t] {
-      std::mt19937 rng(100 + t);
+      std::mt19937 rng(static_cast<uint32_t>(test_seed + 100 + t));
       while (!stop.load()) {
         auto r = reg.Lookup("w" + std::to_string(rng() % kNames));
         if (!r.ok()) {

@@ -12,6 +12,7 @@
 #include "server/util/thread_pool.h"
 #include "server/backends/echo/echo_backend.h"
 #include "server/core/segment_check.h"
+#include "tests/common/test_seed.h"
 #include "tests/cpu/test_util.h"
 
 namespace conv1d {
@@ -31,12 +32,13 @@ TEST(CpuBackend, FusedBatchEqualsSeparateRuns) {
   ASSERT_TRUE(backend.ok()) << backend.status();
   EXPECT_EQ((*backend)->num_lanes(), 2);
   EXPECT_EQ((*backend)->devices(), std::vector<std::string>{"cpu (3 threads)"});
+  CONV1D_TEST_SEED_SCOPE(test_seed, 500);
   for (Op op : {Op::kForward, Op::kBackward, Op::kUpdate}) {
     for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
       const BatchKey key = FusedKey(op, layout);
       const int64_t shapes[][2] = {{1, 1}, {3, 17}, {2, 4000}, {1, 129}, {4, 5}};
       std::vector<ConvBuffers> fused, alone;
-      uint64_t seed = 500;
+      uint64_t seed = test_seed;
       for (const auto& bl : shapes) {
         fused.push_back(MakeProblem(key, bl[0], bl[1], op == Op::kUpdate ? 6 : 0, seed++));
       }

@@ -6,7 +6,8 @@
 
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv.h"
-#include "tests/cpu/reference.h"
+#include "tests/common/reference.h"
+#include "tests/common/test_seed.h"
 #include "tests/cpu/test_util.h"
 
 namespace conv1d {
@@ -44,9 +45,10 @@ class FiniteDifferences : public ::testing::TestWithParam<std::tuple<int, bool, 
 
 TEST_P(FiniteDifferences, BackwardMatchesLossGradient) {
   const auto [width, silu, layout] = GetParam();
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1000);
   for (int64_t seqlen : {2, 9}) {  // L < W-1 and L > W-1 (for W = 4)
     const BatchKey key = Key(Op::kBackward, DType::kF32, width, layout, 3, silu);
-    ConvBuffers p = MakeProblem(key, 2, seqlen, 0, 1000 + seqlen + width);
+    ConvBuffers p = MakeProblem(key, 2, seqlen, 0, test_seed + seqlen + width);
     ASSERT_TRUE(RunCpuConv(&p, nullptr).ok());
     const ref::Inputs in = ToReference(p);
     // The float64 reference agrees tightly; the fp32 backend within fp32 noise.
@@ -108,7 +110,8 @@ TEST_P(Chunking, ForwardChunksEqualOneShot) {
   const auto [xt, width, layout] = GetParam();
   const int64_t B = 2, L = 300;
   const BatchKey key = Key(Op::kForward, xt, width, layout, 5, true);
-  ConvBuffers whole = MakeProblem(key, B, L, 0, 77);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 77);
+  ConvBuffers whole = MakeProblem(key, B, L, 0, test_seed);
   ASSERT_TRUE(RunCpuConv(&whole, nullptr).ok());
   std::vector<uint8_t> y(whole.y.size(), 0xff);
   std::vector<uint8_t> states = whole.initial_states;
@@ -138,7 +141,8 @@ TEST_P(BackwardChunking, ChunksEqualOneShot) {
   const DType xt = DType::kF32;
   const int64_t B = 2, L = 300;
   const BatchKey key = Key(Op::kBackward, xt, width, layout, 5, true);
-  ConvBuffers whole = MakeProblem(key, B, L, 0, 78);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 78);
+  ConvBuffers whole = MakeProblem(key, B, L, 0, test_seed);
   ASSERT_TRUE(RunCpuConv(&whole, nullptr).ok());
   // x̃ states at each cut come from a forward pass.
   const int64_t cuts[] = {0, 1, 2, 100, 101, 300};
@@ -196,12 +200,13 @@ TEST_P(Chunking, UpdatesEqualForward) {
   const auto [xt, width, layout] = GetParam();
   const int64_t B = 2, L = 5, K = width - 1 + 2;
   const BatchKey fwd_key = Key(Op::kForward, xt, width, layout, 5, true);
-  ConvBuffers fwd = MakeProblem(fwd_key, B, L, 0, 79);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 79);
+  ConvBuffers fwd = MakeProblem(fwd_key, B, L, 0, test_seed);
   BatchKey upd_key = fwd_key;
   upd_key.op = Op::kUpdate;
   upd_key.has_initial_states = false;
   upd_key.return_final_states = false;
-  ConvBuffers state = MakeProblem(upd_key, B, 1, K, 80);  // random conv_state [B,D,K]
+  ConvBuffers state = MakeProblem(upd_key, B, 1, K, test_seed + 1);  // random conv_state [B,D,K]
   // Forward's initial_states = the state's last W-1 columns.
   const int64_t es = DTypeSize(xt), halo = width - 1, D = fwd_key.dim;
   fwd.initial_states.assign(B * D * halo * es, 0);

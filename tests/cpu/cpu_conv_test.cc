@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv.h"
 #include "server/util/thread_pool.h"
+#include "tests/common/test_seed.h"
 #include "tests/cpu/test_util.h"
 
 namespace conv1d {
@@ -41,7 +42,8 @@ class CpuConvSweep : public ::testing::TestWithParam<SweepParam> {};
 
 TEST_P(CpuConvSweep, MatchesReference) {
   const auto [op, xt, wt, width, layout] = GetParam();
-  uint64_t seed = 1;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1);
+  uint64_t seed = test_seed;
   for (int64_t seqlen : {1, 2, 3, 129, 1000}) {
     for (int options = 0; options < 8; ++options) {
       BatchKey key;
@@ -94,7 +96,8 @@ BatchKey FullKey(Op op, DType xt, int width, Layout layout, int64_t dim) {
 // lengths shorter and longer than the filter; channel-first rows that cross
 // a row chunk with W = kMaxWidth.
 TEST(CpuConv, WideFilters) {
-  uint64_t seed = 100;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 100);
+  uint64_t seed = test_seed;
   for (int width : {33, 64, 100, 255, kMaxWidth}) {
     for (Op op : {Op::kForward, Op::kBackward, Op::kUpdate}) {
       for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
@@ -115,7 +118,8 @@ TEST(CpuConv, WideFilters) {
 // Lengths crossing the channel-first row chunks and channel counts crossing
 // the channel-last tiles.
 TEST(CpuConv, CrossesChunkAndTileEdges) {
-  uint64_t seed = 200;
+  CONV1D_TEST_SEED_SCOPE(test_seed, 200);
+  uint64_t seed = test_seed;
   for (Op op : {Op::kForward, Op::kBackward}) {
     for (int width : {4, 7}) {
       CheckOne(FullKey(op, DType::kBF16, width, Layout::kChannelFirst, 2), 2, 4100, 0, seed++,
@@ -128,9 +132,10 @@ TEST(CpuConv, CrossesChunkAndTileEdges) {
 
 // dweight/dbias do not depend on the thread count (fixed summation order).
 TEST(CpuConv, BackwardIsDeterministicAcrossThreadCounts) {
+  CONV1D_TEST_SEED_SCOPE(test_seed, 7);
   for (Layout layout : {Layout::kChannelFirst, Layout::kChannelLast}) {
     const BatchKey key = FullKey(Op::kBackward, DType::kF32, 4, layout, 260);
-    ConvBuffers a = MakeProblem(key, 3, 700, 0, 7);
+    ConvBuffers a = MakeProblem(key, 3, 700, 0, test_seed);
     ConvBuffers b = a;
     auto one = ThreadPool::Create(ThreadPoolOptions{.threads = 1});
     auto four = ThreadPool::Create(ThreadPoolOptions{.threads = 4});

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv_internal.h"
 #include "server/core/dtype.h"
+#include "tests/common/test_seed.h"
 
 namespace conv1d {
 namespace {
@@ -102,7 +103,8 @@ class NearestSearch {
 
 TEST(DType, HalfRoundingMatchesNearestSearch) {
   const NearestSearch search(&HalfToFloat);
-  std::mt19937_64 rng(11);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 11);
+  std::mt19937_64 rng(test_seed);
   std::uniform_int_distribution<int> exp_dist(-30, 17);
   std::uniform_real_distribution<float> mant(1.0f, 2.0f);
   for (int i = 0; i < 200000; ++i) {
@@ -119,7 +121,8 @@ TEST(DType, HalfRoundingMatchesNearestSearch) {
 
 TEST(DType, BF16RoundingMatchesNearestSearch) {
   const NearestSearch search(&BF16ToFloat);
-  std::mt19937_64 rng(12);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 12);
+  std::mt19937_64 rng(test_seed);
   std::uniform_int_distribution<uint32_t> bits_dist;
   for (int i = 0; i < 200000; ++i) {
     const float f = Bits(bits_dist(rng) & 0x7fffffffu);

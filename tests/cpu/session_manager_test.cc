@@ -16,7 +16,8 @@
 #include "server/core/fake_clock.h"
 #include "server/core/scheduler.h"
 #include "server/core/state_slots.h"
-#include "tests/cpu/reference.h"
+#include "tests/common/reference.h"
+#include "tests/common/test_seed.h"
 #include "tests/cpu/test_util.h"
 
 namespace conv1d {
@@ -185,8 +186,7 @@ void Place(const Problem& p, const std::vector<uint8_t>& y, int64_t t0, int64_t 
 class ChainTest : public SessionTest, public ::testing::WithParamInterface<DType> {};
 
 TEST_P(ChainTest, ThousandOneTokenStepsEqualOneForward) {
-  const uint64_t seed = 1234 + static_cast<int>(GetParam());
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  CONV1D_TEST_SEED_SCOPE(seed, 1234 + static_cast<int>(GetParam()));
   Problem p = MakeProblem(GetParam(), Layout::kChannelFirst, seed);
   const int64_t len = 1000;
   std::mt19937_64 rng(seed);
@@ -205,8 +205,7 @@ INSTANTIATE_TEST_SUITE_P(DTypes, ChainTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16));
 
 TEST_F(SessionTest, MixedStepSizesChannelLastEqualOneForward) {
-  const uint64_t seed = 77;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  CONV1D_TEST_SEED_SCOPE(seed, 77);
   Problem p = MakeProblem(DType::kF32, Layout::kChannelLast, seed);
   p.state_len = 6;  // longer than W-1
   std::mt19937_64 rng(seed);
@@ -227,8 +226,7 @@ TEST_F(SessionTest, MixedStepSizesChannelLastEqualOneForward) {
 }
 
 TEST_F(SessionTest, InitialStateIsTheSequenceBeforeTheSteps) {
-  const uint64_t seed = 5;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  CONV1D_TEST_SEED_SCOPE(seed, 5);
   Problem p = MakeProblem(DType::kF32, Layout::kChannelFirst, seed);
   p.max_draft = 2;
   std::mt19937_64 rng(seed);
@@ -253,8 +251,7 @@ TEST_F(SessionTest, InitialStateIsTheSequenceBeforeTheSteps) {
 }
 
 TEST_F(SessionTest, CommitEqualsNeverSendingTheRejectedTokens) {
-  const uint64_t seed = 99;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  CONV1D_TEST_SEED_SCOPE(seed, 99);
   Problem p = MakeProblem(DType::kBF16, Layout::kChannelFirst, seed);
   p.state_len = 5;
   p.max_draft = 4;
@@ -286,7 +283,8 @@ TEST_F(SessionTest, CommitRules) {
   ASSERT_NE(s, nullptr);
   absl::Status st = manager_->Commit(*s, 0);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  std::mt19937_64 rng(3);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 3);
+  std::mt19937_64 rng(test_seed);
   std::vector<uint8_t> x;
   FillRandom(&x, p.dtype, p.batch * p.dim * 4, rng);
   Step(*s, p, x, 4);
@@ -302,8 +300,7 @@ TEST_F(SessionTest, CommitRules) {
 }
 
 TEST_F(SessionTest, ForkThenDivergingChains) {
-  const uint64_t seed = 11;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  CONV1D_TEST_SEED_SCOPE(seed, 11);
   Problem p = MakeProblem(DType::kF32, Layout::kChannelFirst, seed);
   std::mt19937_64 rng(seed);
   const int64_t head = 12, tail = 9, len = head + tail;
@@ -405,8 +402,7 @@ class StepCounter final : public Observer {
 };
 
 TEST_F(SessionTest, StepsOfManySessionsFuseIntoOneBackendCall) {
-  const uint64_t seed = 123;
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  CONV1D_TEST_SEED_SCOPE(seed, 123);
   Problem p = MakeProblem(DType::kF32, Layout::kChannelFirst, seed);
   StepCounter counter;
   SchedulerOptions so;

@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_conv.h"
 #include "server/core/conv_problem.h"
-#include "tests/cpu/reference.h"
+#include "tests/common/reference.h"
 
 namespace conv1d::testing_cpu {
 

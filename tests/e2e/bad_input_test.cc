@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
@@ -24,7 +25,7 @@ class BadInputTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(StartTestServer(std::move(options), &ts_));
     // A well-behaved client on its own connection, busy during every test.
     steady_ = std::thread([this] {
-      Rng rng(7);
+      Rng rng(seed_.seed() + 1);
       auto stub = v1::Conv1d::NewStub(
           MakeChannel(absl::StrCat("127.0.0.1:", ts_.server->bound_port()), true));
       while (!stop_.load()) {
@@ -79,7 +80,8 @@ class BadInputTest : public ::testing::Test {
   }
 
   TestServer ts_;
-  Rng rng_{11};
+  ::conv1d::testing::SeedScope seed_{11};
+  Rng rng_{seed_.seed()};
   Inputs inputs_;
   std::thread steady_;
   std::atomic<bool> stop_{false};
@@ -290,7 +292,8 @@ TEST(BadInputLimits, RequestOverMaxRequestBytesIsRefused) {
   options.max_request_bytes = 4096;
   TestServer ts;
   ASSERT_NO_FATAL_FAILURE(StartTestServer(std::move(options), &ts));
-  Rng rng(3);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 3);
+  Rng rng(test_seed);
   Case c;  // x [1, 8, 16] fp32: 512 bytes in, 512 out, plus weights
   Inputs in = MakeInputs(c, &rng);
   grpc::ClientContext ok_ctx;

@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/server_process.h"
 
@@ -106,7 +107,8 @@ TEST(ServerBinary, SigtermDrainsInFlightRequestsAndExitsZero) {
     grpc::Status status;
     absl::Notification done;
   };
-  Rng rng(9);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 9);
+  Rng rng(test_seed);
   auto send = [&](int64_t seqlen) {
     auto call = std::make_unique<Call>();
     call->c.seqlen = seqlen;

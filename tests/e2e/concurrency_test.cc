@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
@@ -17,10 +18,10 @@ constexpr int kKeys = 16;
 constexpr int kThreads = 2 * kKeys;  // threads t and t + kKeys share a key
 constexpr int kIterations = 6;
 
-std::vector<Case> MakeKeys() {
+std::vector<Case> MakeKeys(uint64_t seed) {
   static constexpr Op kOps[] = {Op::kForward, Op::kBackward, Op::kUpdate};
   static constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-  Rng rng(20261122);
+  Rng rng(seed);
   std::vector<Case> keys;
   for (int k = 0; k < kKeys; ++k) {
     Case c = RandomCase(kOps[k % 3], &rng);
@@ -37,9 +38,9 @@ std::vector<Case> MakeKeys() {
   return keys;
 }
 
-void ClientThread(int t, const Case& key, const std::shared_ptr<grpc::Channel>& channel,
+void ClientThread(int t, uint64_t seed, const Case& key, const std::shared_ptr<grpc::Channel>& channel,
                   std::latch* start) {
-  Rng rng(1000 + t);
+  Rng rng(seed + 1 + t);
   std::unique_ptr<v1::Conv1d::Stub> stub = v1::Conv1d::NewStub(channel);
   Case c = key;
   // A quarter of the keys use registered weights, one set per thread.
@@ -110,7 +111,8 @@ TEST(E2eConcurrency, ThirtyTwoClientsGetAnswersMatchingTheCpuReference) {
   TestServer ts;
   ASSERT_NO_FATAL_FAILURE(StartTestServer(std::move(options), &ts));
 
-  const std::vector<Case> keys = MakeKeys();
+  CONV1D_TEST_SEED_SCOPE(test_seed, 20261122);
+  const std::vector<Case> keys = MakeKeys(test_seed);
   std::latch start(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -118,7 +120,7 @@ TEST(E2eConcurrency, ThirtyTwoClientsGetAnswersMatchingTheCpuReference) {
     std::shared_ptr<grpc::Channel> channel =
         t % 2 == 0 ? ts.channel
                    : MakeChannel(absl::StrCat("127.0.0.1:", ts.server->bound_port()), true);
-    threads.emplace_back(ClientThread, t, std::cref(keys[t % kKeys]), channel, &start);
+    threads.emplace_back(ClientThread, t, test_seed, std::cref(keys[t % kKeys]), channel, &start);
   }
   for (std::thread& th : threads) th.join();
 

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/gated_backend.h"
 
@@ -85,7 +86,8 @@ TEST(ConnectionAge, ConnectionIsRotatedWithoutFailingCalls) {
 
   // A call held in the backend from the first connection's start until after
   // its rotation: the grace period must let it finish.
-  Rng rng(3);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 3);
+  Rng rng(test_seed);
   Case c;
   v1::ForwardRequest held_request = MakeForward(c, MakeInputs(c, &rng));
   grpc::ClientContext held_context;

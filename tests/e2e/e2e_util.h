@@ -3,7 +3,7 @@
 // and a check of each response against CpuConvSegment run locally on the
 // same inputs.
 //
-// Used only by tests/e2e. Test cases and requests are plain values; helpers
+// Used by tests/e2e and tests/frontend. Test cases and requests are plain values; helpers
 // are thread-safe as long as each thread uses its own Rng.
 #ifndef CONV1D_TESTS_E2E_E2E_UTIL_H_
 #define CONV1D_TESTS_E2E_E2E_UTIL_H_

@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "server/frontend/backend_factory.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
@@ -13,6 +14,7 @@ namespace {
 
 TEST(GpuFaultTest, InjectedLaunchFaultFailsOnlyItsBatch) {
   if (!GpuBackendBuilt() || VisibleGpuDevices() == 0) GTEST_SKIP() << "no GPU device";
+  CONV1D_TEST_SEED_SCOPE(test_seed, 7);
   for (const char* fault : {"launch:3", "copy:3"}) {
     SCOPED_TRACE(fault);
     ServerOptions options;
@@ -21,7 +23,7 @@ TEST(GpuFaultTest, InjectedLaunchFaultFailsOnlyItsBatch) {
     options.backend.inject_fault = fault;
     TestServer ts;
     StartTestServer(std::move(options), &ts);
-    Rng rng(7);
+    Rng rng(test_seed);
     int failed = 0, good = 0;
     for (int i = 1; i <= 9; ++i) {
       Case c;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/server_process.h"
 #include "tests/logging/json_line.h"
@@ -81,7 +82,8 @@ TEST(ServerLogging, JsonLogsRequestIdsAndAccessLog) {
   std::shared_ptr<grpc::Channel> channel = MakeChannel(absl::StrCat("127.0.0.1:", port));
   auto stub = v1::Conv1d::NewStub(channel);
 
-  Rng rng(5);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 5);
+  Rng rng(test_seed);
   Case c;
   c.dim = 8;
   c.seqlen = 16;

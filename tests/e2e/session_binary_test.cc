@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/server_process.h"
 
@@ -25,7 +26,8 @@ TEST(ServerBinary, SigtermSendsEachDecodeStreamItsState) {
   ASSERT_NE(p.WaitForPort(absl::Seconds(20)), 0) << p.Log();
   std::shared_ptr<grpc::Channel> channel = MakeChannel(absl::StrCat("127.0.0.1:", p.Port()));
   auto stub = v1::Conv1d::NewStub(channel);
-  Rng rng(17);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 17);
+  Rng rng(test_seed);
   const int64_t b = 1, d = 8, len = 12;
   const v1::Tensor x = RandomTensor(DType::kF32, {b, d, len}, &rng);
   auto ctx = std::make_unique<grpc::ClientContext>();

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "server/core/dtype.h"
 #include "server/core/fake_clock.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
@@ -202,8 +203,7 @@ class SessionE2ETest : public ::testing::Test {
 class ChainE2ETest : public SessionE2ETest, public ::testing::WithParamInterface<DType> {};
 
 TEST_P(ChainE2ETest, ThousandOneTokenStepsOnAStreamEqualOneForward) {
-  const uint64_t seed = 2000 + static_cast<int>(GetParam());
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  CONV1D_TEST_SEED_SCOPE(seed, 2000 + static_cast<int>(GetParam()));
   Rng rng(seed);
   Start();
   const DType t = GetParam();
@@ -229,8 +229,7 @@ INSTANTIATE_TEST_SUITE_P(DTypes, ChainE2ETest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16));
 
 TEST_F(SessionE2ETest, MixedStepsWithCommitEqualNeverSendingTheRejectedTokens) {
-  const uint64_t seed = 31;
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  CONV1D_TEST_SEED_SCOPE(seed, 31);
   Rng rng(seed);
   Start();
   const Weights w = MakeWeights(DType::kF32, &rng);
@@ -257,8 +256,7 @@ TEST_F(SessionE2ETest, MixedStepsWithCommitEqualNeverSendingTheRejectedTokens) {
 }
 
 TEST_F(SessionE2ETest, ForkThenDivergingChainsOnTwoStreams) {
-  const uint64_t seed = 41;
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  CONV1D_TEST_SEED_SCOPE(seed, 41);
   Rng rng(seed);
   Start();
   const Weights w = MakeWeights(DType::kF32, &rng);
@@ -296,8 +294,7 @@ TEST_F(SessionE2ETest, ForkThenDivergingChainsOnTwoStreams) {
 }
 
 TEST_F(SessionE2ETest, UnarySessionCalls) {
-  const uint64_t seed = 51;
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  CONV1D_TEST_SEED_SCOPE(seed, 51);
   Rng rng(seed);
   Start();
   const Weights w = MakeWeights(DType::kF32, &rng);
@@ -365,7 +362,8 @@ void ExpectFails(const grpc::Status& st, grpc::StatusCode code, const std::strin
 }
 
 TEST_F(SessionE2ETest, BadInputsGetTheirCodeAndNameTheField) {
-  Rng rng(61);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 61);
+  Rng rng(test_seed);
   ServerOptions options;
   options.max_sessions = 2;
   Start(std::move(options));
@@ -457,7 +455,8 @@ TEST_F(SessionE2ETest, BadInputsGetTheirCodeAndNameTheField) {
 }
 
 TEST_F(SessionE2ETest, IdleSessionsExpireWithTheFakeClock) {
-  Rng rng(71);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 71);
+  Rng rng(test_seed);
   FakeClock& clock = clock_;
   ServerOptions options;
   options.session_idle_timeout_s = 10;
@@ -481,8 +480,7 @@ TEST_F(SessionE2ETest, IdleSessionsExpireWithTheFakeClock) {
 }
 
 TEST_F(SessionE2ETest, DrainExportsTheStateAndAResumedSessionContinuesExactly) {
-  const uint64_t seed = 81;
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  CONV1D_TEST_SEED_SCOPE(seed, 81);
   Rng rng(seed);
   Start();
   const Weights w = MakeWeights(DType::kF32, &rng);

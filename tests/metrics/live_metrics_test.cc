@@ -22,6 +22,7 @@
 #include "conv1d/v1/conv1d.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/metrics/child_process.h"
 #include "tests/metrics/exposition.h"
 
@@ -34,11 +35,12 @@ using testing::HttpBody200;
 using testing::HttpGet;
 using testing::UrlEncode;
 
-std::mt19937_64& Rng() {
+// Ports differ from run to run (tests may run side by side); tensor values
+// come from the test's seed.
+int RandomPort() {
   static std::mt19937_64 rng(std::random_device{}());
-  return rng;
+  return std::uniform_int_distribution<int>(20000, 60000)(rng);
 }
-int RandomPort() { return std::uniform_int_distribution<int>(20000, 60000)(Rng()); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -102,7 +104,7 @@ int BucketIndex(const std::vector<double>& bounds, double v) {
                           bounds.begin());
 }
 
-v1::Tensor RandomTensor(std::vector<int64_t> shape) {
+v1::Tensor RandomTensor(std::vector<int64_t> shape, std::mt19937_64& rng) {
   v1::Tensor t;
   t.set_dtype(v1::FP32);
   int64_t n = 1;
@@ -112,7 +114,7 @@ v1::Tensor RandomTensor(std::vector<int64_t> shape) {
   }
   std::vector<float> v(n);
   std::uniform_real_distribution<float> u(-1, 1);
-  for (float& x : v) x = u(Rng());
+  for (float& x : v) x = u(rng);
   t.set_data(v.data(), v.size() * sizeof(float));
   return t;
 }
@@ -209,17 +211,19 @@ TEST_F(LiveMetricsTest, PrometheusSeesTheLoadTheClientSent) {
                                         std::chrono::seconds(10)));
   auto stub = v1::Conv1d::NewStub(channel);
 
+  CONV1D_TEST_SEED_SCOPE(test_seed, 42);
+  std::mt19937_64 rng(test_seed);
   constexpr int kOk = 30, kInvalid = 4;
   constexpr int64_t B = 2, D = 256, L = 512, W = 4;
   std::vector<double> latencies;
   for (int i = 0; i < kOk + kInvalid; ++i) {
     v1::ForwardRequest req;
     const bool valid = i % 8 != 7;  // i = 7, 15, 23, 31: kInvalid of them
-    *req.mutable_x() = RandomTensor({B, D, L});
+    *req.mutable_x() = RandomTensor({B, D, L}, rng);
     if (!valid) req.mutable_x()->set_data("short");
     req.set_activation(v1::ACTIVATION_SILU);
-    *req.mutable_inline_weights()->mutable_weight() = RandomTensor({D, W});
-    *req.mutable_inline_weights()->mutable_bias() = RandomTensor({D});
+    *req.mutable_inline_weights()->mutable_weight() = RandomTensor({D, W}, rng);
+    *req.mutable_inline_weights()->mutable_bias() = RandomTensor({D}, rng);
     v1::ForwardResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -315,7 +319,9 @@ TEST_F(LiveMetricsTest, PrometheusSeesTheLoadTheClientSent) {
     EXPECT_TRUE(ok) << q << "\n" << raw;
     const bool core = q.find("rate(conv1d_requests_total") != std::string::npos ||
                       q.find("conv1d_request_duration_seconds_bucket") != std::string::npos;
-    if (core) EXPECT_FALSE(v.empty()) << "no data for " << q << "\n" << raw;
+    if (core) {
+      EXPECT_FALSE(v.empty()) << "no data for " << q << "\n" << raw;
+    }
     ++exprs;
   }
   EXPECT_GE(exprs, 20);

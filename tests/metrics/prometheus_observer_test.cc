@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/metrics/exposition.h"
 
 namespace conv1d {
@@ -55,7 +56,7 @@ void ExpectHistogram(const Exposition& e, const std::string& name,
 
 class ObserverTest : public ::testing::Test {
  protected:
-  ObserverTest() : rng_(std::random_device{}()) {}
+  ObserverTest() : seed_(42), rng_(seed_.seed()) {}
   double Uniform(double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(rng_);
   }
@@ -64,6 +65,7 @@ class ObserverTest : public ::testing::Test {
   }
   // Log-uniform over the bucket range, so every bucket gets exercised.
   double Seconds() { return std::pow(10.0, Uniform(-5.5, 1.3)); }
+  conv1d::testing::SeedScope seed_;
   std::mt19937_64 rng_;
 };
 

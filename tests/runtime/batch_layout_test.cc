@@ -74,7 +74,9 @@ TEST(BatchLayoutTest, SmallBatchIsOneRoundWithAlignedDisjointSlots) {
   EXPECT_GE(slots.front().begin, r.table_bytes);
   for (size_t i = 0; i < slots.size(); ++i) {
     EXPECT_EQ(slots[i].begin % kSlotAlignBytes, 0);
-    if (i > 0) EXPECT_GE(slots[i].begin, slots[i - 1].end);
+    if (i > 0) {
+      EXPECT_GE(slots[i].begin, slots[i - 1].end);
+    }
   }
   // Inputs lie before input_end, outputs in [output_begin, output_end).
   for (size_t p = 0; p < r.pieces.size(); ++p) {

@@ -22,6 +22,7 @@
 #include "server/core/observer.h"
 #include "server/core/segment_check.h"
 #include "server/core/state_slots.h"
+#include "tests/common/test_seed.h"
 
 namespace conv1d {
 namespace {
@@ -145,7 +146,8 @@ TEST_F(GpuBackendTest, FusedRaggedBatchesMatchCpuForEveryOp) {
   opt.lane_buffer_bytes = 64 << 20;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::mt19937_64 rng(7);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 7);
+  std::mt19937_64 rng(test_seed);
   const Case cases[] = {
       {Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
       {Op::kForward, DType::kBF16, DType::kBF16, Layout::kChannelLast, 3},
@@ -175,7 +177,8 @@ TEST_F(GpuBackendTest, RequestsLargerThanALaneAreSplitAlongBatch) {
   opt.lane_buffer_bytes = 2 << 20;  // forces many rounds
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::mt19937_64 rng(11);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 11);
+  std::mt19937_64 rng(test_seed);
   for (Op op : {Op::kForward, Op::kBackward}) {
     const BatchKey key = KeyOf({op, DType::kF32, DType::kF32, Layout::kChannelFirst, 4}, 256);
     std::vector<std::unique_ptr<ConvBuffers>> reqs;
@@ -225,7 +228,8 @@ TEST_P(GpuBackendHostPoolTest, HostPoolTensorsMoveByDmaOrCopyKernelAndMatchCpu) 
   opt.shared_copy_min_bytes = 0;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::mt19937_64 rng(5);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 5);
+  std::mt19937_64 rng(test_seed);
   for (const Case& c : {Case{Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4},
                         Case{Op::kBackward, DType::kBF16, DType::kBF16, Layout::kChannelLast, 3},
                         Case{Op::kUpdate, DType::kF16, DType::kF32, Layout::kChannelFirst, 4}}) {
@@ -395,7 +399,8 @@ TEST_F(GpuBackendTest, DecodeRoundsCopyOnlyTheirTableAndMatchCpu) {
   opt.host_pool_bytes = 64 << 20;
   auto gpu = GpuBackend::Create(opt);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  std::mt19937_64 rng(17);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 17);
+  std::mt19937_64 rng(test_seed);
   int64_t cache_id = 500;
   for (Op op : {Op::kForward, Op::kUpdate}) {
     for (DType t : {DType::kF32, DType::kBF16}) {
@@ -485,7 +490,8 @@ TEST_F(GpuBackendTest, RegisteredWeightsAreCachedOnDeviceAndNothingIsAllocatedAf
   auto created = GpuBackend::Create(opt);
   ASSERT_TRUE(created.ok()) << created.status();
   GpuBackend& gpu = **created;
-  std::mt19937_64 rng(3);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 3);
+  std::mt19937_64 rng(test_seed);
   const BatchKey key = KeyOf({Op::kForward, DType::kF32, DType::kF32, Layout::kChannelFirst, 4}, 512);
   // One shared "registered" weight set; every request points at the same bytes.
   auto owner = std::make_shared<std::vector<uint8_t>>(Random(DType::kF32, 512 * 4 + 512, rng));
@@ -560,7 +566,8 @@ TEST_F(GpuBackendTest, SessionStepsReadAndWriteDeviceSlotsInPlace) {
   auto host = HostStateSlots::Create(so);
   ASSERT_TRUE(host.ok());
   EXPECT_EQ((*slots)->SlotPlacement(1).kind, MemoryKind::kDeviceOwned);
-  std::mt19937_64 rng(11);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 11);
+  std::mt19937_64 rng(test_seed);
   // Slot operations against host slots.
   const std::vector<uint8_t> state0 = Random(DType::kF32, b * key.dim * k, rng);
   for (StateSlots* s : {slots->get(), static_cast<StateSlots*>(host->get())}) {
@@ -604,7 +611,7 @@ TEST_F(GpuBackendTest, SessionStepsReadAndWriteDeviceSlotsInPlace) {
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(stats.launches, 1);
     for (int i = 0; i < 2; ++i) {
-      SCOPED_TRACE(testing::Message() << "step " << step << " session " << i);
+      SCOPED_TRACE(::testing::Message() << "step " << step << " session " << i);
       ExpectClose("y", DType::kF32, cpu[i]->y, want_step[i].y);
       std::vector<uint8_t> state(so.slot_bytes);
       ASSERT_TRUE((*slots)->Read(i, 0, state.data(), so.slot_bytes).ok());

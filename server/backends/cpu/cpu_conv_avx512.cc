@@ -14,8 +14,10 @@
 #include <immintrin.h>
 #define CONV1D_CPU_INTRINSICS 1
 // GCC 12 flags the deliberately undefined vectors inside its own AVX-512
-// intrinsic headers.
+// intrinsic headers (clang has no such warning).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace conv1d::cpu_internal {
 

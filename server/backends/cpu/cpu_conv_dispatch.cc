@@ -6,6 +6,10 @@
 
 #include "server/backends/cpu/cpu_conv_internal.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace conv1d::cpu_internal {
 
 const IsaKernels* BaselineKernels();
@@ -14,6 +18,17 @@ const IsaKernels* Avx512Kernels();
 
 namespace {
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// F16C from cpuid leaf 1 (ECX bit 29): clang before 15 has no
+// __builtin_cpu_supports("f16c"). The AVX2 check beside it already covers
+// the OS saving the AVX registers.
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool CpuHas(Isa isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
@@ -21,7 +36,7 @@ bool CpuHas(Isa isa) {
     case Isa::kBaseline: return true;
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi") &&
+             CpuHasF16c() && __builtin_cpu_supports("bmi") &&
              __builtin_cpu_supports("bmi2");
     case Isa::kAvx512:
       return CpuHas(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&

@@ -1,9 +1,8 @@
 // Tensor bytes kept outside protobuf strings (server/frontend/wire_tensors.h):
 // ParseWithDetachedData over multi-slice buffers, its fallbacks for unusual
 // encodings and its errors; SerializeWithDetachedData's zero-copy slices and
-// their lifetime; validation and binding with detached tensors; and the
-// in-process server answering identically with host_tensor_min_bytes off, 0
-// and the default.
+// their lifetime; validation and binding with detached tensors. Unit tests:
+// no server (the server's side is tests/e2e/wire_tensors_e2e_test.cc).
 #include "server/frontend/wire_tensors.h"
 
 #include <algorithm>
@@ -21,7 +20,9 @@
 #include "grpcpp/support/slice.h"
 #include "gtest/gtest.h"
 #include "server/frontend/validation.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/frontend/wire_bytes.h"
 
 namespace conv1d::e2e {
 namespace {
@@ -31,28 +32,12 @@ using ::google::protobuf::util::MessageDifferencer;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int64_t kDefaultMin = int64_t{4} << 10;  // ServerOptions' default
-constexpr size_t kBig = 100000;                     // x and dout bytes: 2*50*250*4
+constexpr size_t kBig = 100000;  // x and dout bytes: 2*50*250*4
 
 std::string RandomBytes(size_t n, Rng* rng) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>((*rng)() & 0xff);
   return s;
-}
-
-std::string Varint(uint64_t v) {
-  std::string s;
-  while (v >= 0x80) {
-    s.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  s.push_back(static_cast<char>(v));
-  return s;
-}
-
-// Field `number` as length-delimited `payload`.
-std::string Delimited(int number, const std::string& payload) {
-  return Varint((static_cast<uint64_t>(number) << 3) | 2) + Varint(payload.size()) + payload;
 }
 
 // `bytes` as a ByteBuffer whose slices end at each of `cuts` (copies).
@@ -160,7 +145,8 @@ std::vector<size_t> AwkwardCuts(const v1::BackwardRequest& r) {
 // ParseWithDetachedData
 
 TEST(WireTensorsParse, LargeTopLevelTensorsAreDetachedAcrossSliceBoundaries) {
-  Rng rng(11);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 11);
+  Rng rng(test_seed);
   const v1::BackwardRequest original = LargeBackward(&rng);
   const std::string bytes = original.SerializeAsString();
   const grpc::ByteBuffer buffer = Chunked(bytes, AwkwardCuts(original));
@@ -203,7 +189,8 @@ TEST(WireTensorsParse, LargeTopLevelTensorsAreDetachedAcrossSliceBoundaries) {
 }
 
 TEST(WireTensorsParse, ThresholdIsInclusiveAndNegativeDetachesNothing) {
-  Rng rng(12);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 12);
+  Rng rng(test_seed);
   const v1::BackwardRequest original = LargeBackward(&rng);
   const std::string bytes = original.SerializeAsString();
   for (int64_t min_bytes : {int64_t{-1}, static_cast<int64_t>(kBig) + 1,
@@ -228,7 +215,8 @@ TEST(WireTensorsParse, ThresholdIsInclusiveAndNegativeDetachesNothing) {
 }
 
 TEST(WireTensorsParse, ZeroThresholdDetachesEveryNonEmptyTopLevelTensor) {
-  Rng rng(13);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 13);
+  Rng rng(test_seed);
   v1::BackwardRequest original = LargeBackward(&rng);
   original.mutable_dfinal_states()->clear_data();  // an empty one stays inline
   original.mutable_dfinal_states()->set_shape(2, 0);
@@ -282,7 +270,8 @@ TEST(WireTensorsParse, ExplicitEmptyDataAndUnknownFieldsParseLikeProtobuf) {
 }
 
 TEST(WireTensorsParse, TensorFieldSentTwiceFallsBackToTheOrdinaryMerge) {
-  Rng rng(14);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 14);
+  Rng rng(test_seed);
   const v1::BackwardRequest full = LargeBackward(&rng);
   // First x's dtype and shape (and layout), then a second x with the data
   // and the rest of the message: protobuf merges the two x's.
@@ -314,7 +303,8 @@ TEST(WireTensorsParse, TensorFieldSentTwiceFallsBackToTheOrdinaryMerge) {
 }
 
 TEST(WireTensorsParse, LargeTensorSentTwiceKeepsTheLaterData) {
-  Rng rng(15);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 15);
+  Rng rng(test_seed);
   v1::BackwardRequest a = LargeBackward(&rng);
   v1::BackwardRequest b;
   *b.mutable_dout() = WireTensor(v1::FP32, {2, 250, 50}, RandomBytes(kBig, &rng));
@@ -333,7 +323,8 @@ TEST(WireTensorsParse, LargeTensorSentTwiceKeepsTheLaterData) {
 }
 
 TEST(WireTensorsParse, DataRepeatedInsideOneTensorFallsBackLastOneWins) {
-  Rng rng(16);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 16);
+  Rng rng(test_seed);
   const std::string first = RandomBytes(70000, &rng);
   const std::string second = RandomBytes(70000, &rng);
   v1::Tensor shell = WireTensor(v1::FP32, {1, 1, 17500}, "");
@@ -362,7 +353,8 @@ TEST(WireTensorsParse, DataRepeatedInsideOneTensorFallsBackLastOneWins) {
 }
 
 TEST(WireTensorsParse, MalformedBytesAreInvalidArgumentNamingTheType) {
-  Rng rng(17);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 17);
+  Rng rng(test_seed);
   const v1::BackwardRequest original = LargeBackward(&rng);
   const std::string bytes = original.SerializeAsString();
   const std::vector<size_t> cuts = AwkwardCuts(original);
@@ -394,7 +386,8 @@ TEST(WireTensorsParse, MalformedBytesAreInvalidArgumentNamingTheType) {
 // rejects it; so must ParseWithDetachedData ("the result always equals what
 // ParseFromZeroCopyStream gives").
 TEST(WireTensorsParse, TensorTruncatedAtAFieldBoundaryIsInvalid) {
-  Rng rng(18);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 18);
+  Rng rng(test_seed);
   const v1::BackwardRequest original = LargeBackward(&rng);
   const std::string bytes = original.SerializeAsString();
   const size_t x_head = 1 + CodedOutputStream::VarintSize64(original.x().ByteSizeLong());
@@ -451,38 +444,6 @@ TEST(WireTensorsParseDeathTest, DeclaredDataLengthOf2To31DoesNotCrash) {
         std::exit(s.code() == absl::StatusCode::kInvalidArgument ? 0 : 3);
       },
       ::testing::ExitedWithCode(0), "");
-}
-
-// The same 21 bytes sent to a server with the default host_tensor_min_bytes.
-TEST(WireTensorsParseDeathTest, ServerSurvivesADeclaredDataLengthOf2To31) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const std::string x = std::string("\x08\x01\x1a", 3) + Varint(uint64_t{1} << 31) +
-                        std::string(10, 'z');
-  const std::string bytes = Delimited(1, x);
-  EXPECT_EXIT(
-      {
-        ServerOptions options;
-        options.backend.name = BackendUnderTest();
-        options.host_tensors = HostTensors::kAlways;
-        TestServer ts;
-        StartTestServer(std::move(options), &ts);
-        if (ts.server == nullptr) std::exit(4);
-        const grpc::Status s =
-            RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward", bytes, nullptr);
-        std::exit(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? 0 : 3);
-      },
-      ::testing::ExitedWithCode(0), "");
-}
-
-// `v` as exactly `n` varint bytes (n at least its shortest encoding): the
-// longer encodings pad with continuation bytes.
-std::string PaddedVarint(uint64_t v, int n) {
-  std::string s;
-  for (int i = 0; i < n; ++i) {
-    const uint64_t part = 7 * i < 64 ? (v >> (7 * i)) & 0x7f : 0;
-    s.push_back(static_cast<char>(part | (i + 1 < n ? 0x80 : 0)));
-  }
-  return s;
 }
 
 // A forward request whose x has its top-level tag, its length, its data tag
@@ -561,7 +522,8 @@ TEST(WireTensorsParse, OverLongVarintsAreRefusedExactlyWhenProtobufRefusesThem) 
 // SerializeWithDetachedData
 
 TEST(WireTensorsSerialize, DetachedDataIsSentZeroCopyAndKeptAliveByTheBuffer) {
-  Rng rng(21);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 21);
+  Rng rng(test_seed);
   const size_t n = 2 * 64 * 300 * 2;  // bf16 [2, 64, 300]
   const std::string y_bytes = RandomBytes(n, &rng);
   v1::ForwardResponse response;
@@ -618,7 +580,8 @@ TEST(WireTensorsSerialize, DetachedDataIsSentZeroCopyAndKeptAliveByTheBuffer) {
 }
 
 TEST(WireTensorsSerialize, SeveralDetachedTensorsAroundInlineOnes) {
-  Rng rng(22);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 22);
+  Rng rng(test_seed);
   v1::BackwardResponse response;
   *response.mutable_dx() = WireTensor(v1::FP32, {2, 64, 300}, "");
   *response.mutable_dweight() = WireTensor(v1::FP32, {64, 4}, RandomBytes(1024, &rng));
@@ -645,7 +608,8 @@ TEST(WireTensorsSerialize, SeveralDetachedTensorsAroundInlineOnes) {
 }
 
 TEST(WireTensorsSerialize, NoDetachedEntriesSerializesLikeSerializeToString) {
-  Rng rng(23);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 23);
+  Rng rng(test_seed);
   v1::ForwardResponse response;
   *response.mutable_y() = WireTensor(v1::FP32, {2, 64, 300}, RandomBytes(153600, &rng));
   *response.mutable_final_states() = WireTensor(v1::FP32, {2, 64, 3}, RandomBytes(1536, &rng));
@@ -686,20 +650,9 @@ TEST(WireTensorsSerialize, DataBothInlineAndDetachedIsInternal) {
 // ---------------------------------------------------------------------------
 // Validation and binding with detached tensors
 
-Case LargeForwardCase(DType dtype) {
-  Case c;
-  c.op = Op::kForward;
-  c.x_dtype = c.w_dtype = dtype;
-  c.batch = 2;
-  c.dim = 64;
-  c.seqlen = 300;
-  c.width = 4;
-  c.bias = c.initial_states = c.final_states = true;
-  return c;
-}
-
 TEST(WireTensorsValidation, DetachedInputsAreViewedInTheirBuffers) {
-  Rng rng(31);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 31);
+  Rng rng(test_seed);
   const Case c = LargeForwardCase(DType::kF32);
   const Inputs in = MakeInputs(c, &rng);
   const std::string bytes = MakeForward(c, in).SerializeAsString();
@@ -734,7 +687,8 @@ TEST(WireTensorsValidation, DetachedInputsAreViewedInTheirBuffers) {
 }
 
 TEST(WireTensorsValidation, DetachedByteCountMustMatchTheShape) {
-  Rng rng(32);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 32);
+  Rng rng(test_seed);
   const Case c = LargeForwardCase(DType::kBF16);
   const Inputs in = MakeInputs(c, &rng);
   v1::ForwardRequest request = MakeForward(c, in);
@@ -770,7 +724,8 @@ TEST(WireTensorsValidation, DetachedByteCountMustMatchTheShape) {
 }
 
 TEST(WireTensorsValidation, BindPutsLargeOutputsInDetachedBuffers) {
-  Rng rng(33);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 33);
+  Rng rng(test_seed);
   const Case c = LargeForwardCase(DType::kF32);
   const Inputs in = MakeInputs(c, &rng);
   const v1::ForwardRequest request = MakeForward(c, in);
@@ -820,184 +775,5 @@ TEST(WireTensorsValidation, BindPutsLargeOutputsInDetachedBuffers) {
     EXPECT_EQ(static_cast<int>(alloc.requests.size()), detached.size());
   }
 }
-
-// ---------------------------------------------------------------------------
-// The server, with host_tensor_min_bytes off, 0 and the default
-
-class WireTensorsServer : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    servers_ = new std::vector<std::pair<int64_t, TestServer>>();
-    for (int64_t min_bytes : {int64_t{-1}, int64_t{0}, kDefaultMin}) {
-      ServerOptions options;
-      options.backend.name = BackendUnderTest();
-      options.backend.threads = 2;
-      options.host_tensor_min_bytes = min_bytes;
-      options.host_tensors = HostTensors::kAlways;
-      servers_->emplace_back(min_bytes, TestServer());
-      StartTestServer(std::move(options), &servers_->back().second);
-      if (servers_->back().second.server == nullptr) return;
-    }
-  }
-  static void TearDownTestSuite() {
-    delete servers_;
-    servers_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_EQ(servers_->size(), 3u);
-    for (auto& [m, ts] : *servers_) ASSERT_NE(ts.server, nullptr) << m;
-  }
-
-  // Sends `request` to every server; every answer parses, passes `check`
-  // and equals the others. Returns the raw answers.
-  template <typename Response, typename Check>
-  std::vector<std::string> ExpectSameAnswers(const std::string& method, const std::string& request,
-                         const Check& check) {
-    std::vector<std::string> answers;
-    std::string first;
-    size_t first_raw = 0;
-    for (auto& [min_bytes, ts] : *servers_) {
-      SCOPED_TRACE(::testing::Message() << "host_tensor_min_bytes " << min_bytes);
-      std::string raw;
-      const grpc::Status s = RawUnaryCall(ts.channel.get(), method, request, &raw);
-      EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
-      Response r;
-      EXPECT_TRUE(r.ParseFromString(raw));
-      answers.push_back(raw);
-      EXPECT_EQ(check(r), "");
-      // Detached fields may come in another order; the sizes and the
-      // messages are the same.
-      const std::string canonical = r.SerializeAsString();
-      if (first.empty()) {
-        first = canonical;
-        first_raw = raw.size();
-      } else {
-        EXPECT_EQ(raw.size(), first_raw);
-        EXPECT_TRUE(canonical == first) << "response differs from host_tensor_min_bytes -1";
-      }
-    }
-    return answers;
-  }
-
-  static std::vector<std::pair<int64_t, TestServer>>* servers_;
-};
-std::vector<std::pair<int64_t, TestServer>>* WireTensorsServer::servers_ = nullptr;
-
-TEST_F(WireTensorsServer, ForwardAnswersAreTheSameForEveryThreshold) {
-  Rng rng(41);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
-    Case c = LargeForwardCase(dtype);
-    c.act = Activation::kSiLU;
-    if (dtype == DType::kBF16) c.layout = Layout::kChannelLast;
-    const Inputs in = MakeInputs(c, &rng);
-    ASSERT_GE(in.x.data().size(), static_cast<size_t>(kDefaultMin));
-    const std::vector<std::string> raw = ExpectSameAnswers<v1::ForwardResponse>(
-        "/conv1d.v1.Conv1d/Forward", MakeForward(c, in).SerializeAsString(),
-        [&](const v1::ForwardResponse& r) { return CheckForward(c, in, r); });
-    ASSERT_EQ(raw.size(), 3u);
-    // Evidence that the detached path ran: off, the answer is the ordinary
-    // serialization (y, field 1, first); at the default threshold only y
-    // (>= 4 KiB) is detached and sent after the inline final_states.
-    EXPECT_EQ(raw[0][0], '\x0a');
-    EXPECT_EQ(raw[2][0], '\x12');
-  }
-}
-
-TEST_F(WireTensorsServer, BackwardAnswersAreTheSameForEveryThreshold) {
-  Rng rng(42);
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
-    Case c = LargeForwardCase(dtype);
-    c.op = Op::kBackward;
-    c.final_states = false;
-    c.dfinal_states = c.dinitial_states = true;
-    c.grad_fp32 = dtype == DType::kBF16;
-    if (dtype == DType::kBF16) c.layout = Layout::kChannelLast;
-    const Inputs in = MakeInputs(c, &rng);
-    ExpectSameAnswers<v1::BackwardResponse>(
-        "/conv1d.v1.Conv1d/Backward", MakeBackward(c, in).SerializeAsString(),
-        [&](const v1::BackwardResponse& r) { return CheckBackward(c, in, r); });
-  }
-}
-
-TEST_F(WireTensorsServer, UnusualEncodingsAreAnsweredAndMalformedOnesRejected) {
-  Rng rng(43);
-  const Case c = LargeForwardCase(DType::kF32);
-  const Inputs in = MakeInputs(c, &rng);
-  const v1::ForwardRequest full = MakeForward(c, in);
-  // x's dtype and shape first, then the whole request again without them.
-  v1::ForwardRequest first;
-  first.mutable_x()->set_dtype(full.x().dtype());
-  first.mutable_x()->mutable_shape()->CopyFrom(full.x().shape());
-  v1::ForwardRequest second = full;
-  second.mutable_x()->clear_dtype();
-  second.mutable_x()->clear_shape();
-  ExpectSameAnswers<v1::ForwardResponse>(
-      "/conv1d.v1.Conv1d/Forward", first.SerializeAsString() + second.SerializeAsString(),
-      [&](const v1::ForwardResponse& r) { return CheckForward(c, in, r); });
-
-  const std::string bytes = full.SerializeAsString();
-  const std::string truncated = bytes.substr(0, bytes.size() / 3);  // inside x.data
-  for (auto& [min_bytes, ts] : *servers_) {
-    SCOPED_TRACE(min_bytes);
-    const grpc::Status s =
-        RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward", truncated, nullptr);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_THAT(s.error_message(), HasSubstr("conv1d.v1.ForwardRequest"));
-  }
-}
-
-TEST_F(WireTensorsServer, OverLongDataTagIsInvalidArgumentLikeProtobuf) {
-  Rng rng(44);
-  const Case c = LargeForwardCase(DType::kF32);
-  const Inputs in = MakeInputs(c, &rng);
-  v1::ForwardRequest rest = MakeForward(c, in);
-  rest.clear_x();
-  v1::Tensor x_shell = in.x;
-  x_shell.clear_data();
-  auto with_data_tag_bytes = [&](int n) {
-    const std::string x = x_shell.SerializeAsString() + PaddedVarint(0x1a, n) +
-                          Varint(in.x.data().size()) + in.x.data();
-    return Delimited(1, x) + rest.SerializeAsString();
-  };
-  // Five bytes is still a tag to protobuf: answered, and correctly.
-  ExpectSameAnswers<v1::ForwardResponse>(
-      "/conv1d.v1.Conv1d/Forward", with_data_tag_bytes(5),
-      [&](const v1::ForwardResponse& r) { return CheckForward(c, in, r); });
-  for (int n : {6, 10}) {
-    for (auto& [min_bytes, ts] : *servers_) {
-      SCOPED_TRACE(::testing::Message() << min_bytes << ", tag of " << n << " bytes");
-      const grpc::Status s = RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward",
-                                          with_data_tag_bytes(n), nullptr);
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-      EXPECT_THAT(s.error_message(), HasSubstr("conv1d.v1.ForwardRequest"));
-    }
-  }
-}
-
-// host_tensors auto (the default) moves tensors only for a backend whose
-// host buffers are page-locked: the gpu backend with its host pool.
-TEST(WireTensorsAuto, DetachesOnlyForBackendsThatPreferHostBuffers) {
-  ServerOptions options;
-  options.backend.name = BackendUnderTest();
-  options.backend.threads = 2;
-  TestServer ts;
-  StartTestServer(std::move(options), &ts);
-  ASSERT_NE(ts.server, nullptr);
-  Rng rng(44);
-  const Case c = LargeForwardCase(DType::kF32);
-  const Inputs in = MakeInputs(c, &rng);
-  std::string raw;
-  const grpc::Status s = RawUnaryCall(ts.channel.get(), "/conv1d.v1.Conv1d/Forward",
-                                      MakeForward(c, in).SerializeAsString(), &raw);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  v1::ForwardResponse r;
-  ASSERT_TRUE(r.ParseFromString(raw));
-  EXPECT_EQ(CheckForward(c, in, r), "");
-  // Detached y is sent after the inline final_states (field 2).
-  EXPECT_EQ(raw[0], ts.server->backend().host_buffers() != nullptr ? '\x12' : '\x0a');
-}
-
 }  // namespace
 }  // namespace conv1d::e2e

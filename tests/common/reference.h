@@ -1,12 +1,15 @@
-// A plain float64 reference of causal depthwise conv1d (DESIGN §1), written
-// straight from the formulas with no code shared with the CPU backend. The
-// CPU tests compare against it, and the GPU tests may too.
+// A plain float64 reference of causal depthwise conv1d (DESIGN §1: forward,
+// backward, decode update), written straight from the formulas with no code
+// shared with the CPU backend or the GPU kernels. The CPU backend tests
+// (tests/cpu) and the GPU kernel tests (tests/gpu) both compare against it;
+// inputs are the exact values the implementation sees (already rounded to the
+// tensor dtype).
 //
 // Besides values it returns, per output element, the sum of absolute values
 // of the terms that produced it ("scale"), from which the tests derive error
 // bounds for fp32 accumulation. Pure functions: thread-safe.
-#ifndef CONV1D_TESTS_CPU_REFERENCE_H_
-#define CONV1D_TESTS_CPU_REFERENCE_H_
+#ifndef CONV1D_TESTS_COMMON_REFERENCE_H_
+#define CONV1D_TESTS_COMMON_REFERENCE_H_
 
 #include <cstdint>
 #include <vector>
@@ -42,6 +45,12 @@ Outputs Update(const Inputs& in);
 // gradients Backward returns (for finite-difference checks).
 double Loss(const Inputs& in);
 
+// One forward output element y[b, d, t], for spot checks of tensors too large
+// to copy into `Inputs::x`: x is read through `x_at`; the shape, weight, bias,
+// initial states and activation come from `in` (its x is not used).
+using XAt = double (*)(const void* ctx, int64_t b, int64_t d, int64_t t);
+double ForwardAt(const Inputs& in, XAt x_at, const void* ctx, int64_t b, int64_t d, int64_t t);
+
 }  // namespace conv1d::ref
 
-#endif  // CONV1D_TESTS_CPU_REFERENCE_H_
+#endif  // CONV1D_TESTS_COMMON_REFERENCE_H_

@@ -1,4 +1,4 @@
-#include "tests/cpu/reference.h"
+#include "tests/common/reference.h"
 
 #include <cmath>
 
@@ -169,6 +169,21 @@ double Loss(const Inputs& in) {
     for (size_t i = 0; i < f.final_states.size(); ++i) loss += in.dfinal_states[i] * f.final_states[i];
   }
   return loss;
+}
+
+double ForwardAt(const Inputs& in, XAt x_at, const void* ctx, int64_t b, int64_t d, int64_t t) {
+  const int64_t k0 = in.width - 1;
+  double z = Bias(in, d);
+  for (int64_t k = 0; k < in.width; ++k) {
+    // x̃ index t + k: the initial states (or zero) below k0, then x.
+    const int64_t j = t + k;
+    const double xv = j >= k0 ? x_at(ctx, b, d, j - k0)
+                      : in.initial_states.empty()
+                          ? 0.0
+                          : in.initial_states[(b * in.dim + d) * k0 + j];
+    z += in.weight[d * in.width + k] * xv;
+  }
+  return in.silu ? z * Sigmoid(z) : z;
 }
 
 }  // namespace conv1d::ref

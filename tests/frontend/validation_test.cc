@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace conv1d::e2e {
@@ -12,7 +13,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Validation, InputsAreViewsIntoTheRequestAndOutputsIntoTheResponse) {
-  Rng rng(1);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 1);
+  Rng rng(test_seed);
   Case c;
   c.op = Op::kBackward;
   c.x_dtype = DType::kBF16;
@@ -63,7 +65,8 @@ TEST(Validation, InputsAreViewsIntoTheRequestAndOutputsIntoTheResponse) {
 }
 
 TEST(Validation, WidthOneStatesHaveZeroColumnsAndNeverReachTheBackend) {
-  Rng rng(2);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 2);
+  Rng rng(test_seed);
   Case c;
   c.width = 1;
   c.initial_states = c.final_states = true;
@@ -84,7 +87,8 @@ TEST(Validation, WidthOneStatesHaveZeroColumnsAndNeverReachTheBackend) {
 }
 
 TEST(Validation, RegisteredWeightsAreHeldByTheCall) {
-  Rng rng(3);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 3);
+  Rng rng(test_seed);
   WeightRegistry registry;
   Case c;
   c.bias = true;
@@ -112,7 +116,8 @@ TEST(Validation, RegisteredWeightsAreHeldByTheCall) {
 }
 
 TEST(Validation, RequestSizeLimit) {
-  Rng rng(4);
+  CONV1D_TEST_SEED_SCOPE(test_seed, 4);
+  Rng rng(test_seed);
   Case c;
   const Inputs in = MakeInputs(c, &rng);
   WeightRegistry registry;
