@@ -16,7 +16,7 @@ fuzz_s=300
 smoke_s=12
 for arg in "$@"; do
   case "$arg" in
-    --slow) slow=1 ;;
+    --slow) slow=1; export CONV1D_RUN_SLOW=1 ;;
     --fuzz) mode=fuzz ;;
     --fuzz=*)
       mode=fuzz

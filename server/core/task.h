@@ -53,6 +53,11 @@ struct Task {
   int64_t bytes() const { return segment.bytes_moved(); }
 };
 
+// Calls the task's on_done with `status` and destroys the task.
+inline void FinishTask(std::unique_ptr<Task> task, const absl::Status& status) {
+  if (task->on_done) task->on_done(status, task->timings);
+}
+
 }  // namespace conv1d
 
 #endif  // CONV1D_SERVER_CORE_TASK_H_

@@ -153,6 +153,8 @@ class PrometheusObserver final : public Observer {
   };
 
   PrometheusObserver();
+  // Creates the series of every known method (kKnownMethods).
+  void AddKnownMethods();
   void BuildFamilies(const MetricsOptions& options);
 
   MethodSeries* Method(const char* method);
