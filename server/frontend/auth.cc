@@ -166,6 +166,14 @@ absl::StatusOr<Principal> Authenticator::AuthenticateHeader(std::string_view val
   return it->second;
 }
 
+absl::StatusOr<Principal> PrincipalOf(
+    const Authenticator* auth, const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
+  if (auth != nullptr) return auth->Authenticate(metadata);
+  Principal everyone;
+  everyone.role = AuthRole::kAdmin;
+  return everyone;
+}
+
 absl::StatusOr<Principal> Authenticator::Authenticate(
     const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) const {
   auto it = metadata.find(kAuthorizationKey);

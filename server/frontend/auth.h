@@ -117,6 +117,12 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
   const Authenticator* const auth_;
 };
 
+// The principal of a call: `auth`'s verdict on its metadata, or, when the
+// server has no authentication (`auth` null), an admin: every caller may do
+// everything.
+absl::StatusOr<Principal> PrincipalOf(
+    const Authenticator* auth, const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
+
 // The owner recorded for a set `p` registers: its name, and whether every
 // principal may use the set (admins' sets are shared).
 WeightOwner OwnerFor(const Principal& p);

@@ -107,18 +107,9 @@ Conv1dService::CallInfo Conv1dService::Begin(const char* method,
   call.bytes_received = static_cast<int64_t>(request->Length());
   call.request_id = request_ids_.Next(*context);
   observer_->OnRequestStart(method);
-  *auth_status = absl::OkStatus();
-  if (options_.auth != nullptr) {
-    absl::StatusOr<Principal> p = options_.auth->Authenticate(context->client_metadata());
-    if (p.ok()) {
-      call.principal = std::move(*p);
-    } else {
-      *auth_status = p.status();
-    }
-  } else {
-    // Without authentication every caller may do everything.
-    call.principal.role = AuthRole::kAdmin;
-  }
+  absl::StatusOr<Principal> p = PrincipalOf(options_.auth.get(), context->client_metadata());
+  *auth_status = p.status();
+  if (p.ok()) call.principal = *std::move(p);
   if (options_.admission != nullptr) {
     call.inflight = options_.admission->TryReserve(call.bytes_received);
     if (call.inflight == nullptr) {

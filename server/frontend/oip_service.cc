@@ -54,17 +54,9 @@ OipService::CallInfo OipService::Begin(const char* method, grpc::ServerContextBa
   call.bytes_received = bytes_received;
   call.request_id = request_ids_.Next(*context);
   observer_->OnRequestStart(method);
-  if (options_.auth != nullptr) {
-    absl::StatusOr<Principal> p = options_.auth->Authenticate(context->client_metadata());
-    if (p.ok()) {
-      call.principal = *std::move(p);
-    } else {
-      call.auth = p.status();
-    }
-  } else {
-    // Without authentication every caller may do everything.
-    call.principal.role = AuthRole::kAdmin;
-  }
+  absl::StatusOr<Principal> p = PrincipalOf(options_.auth.get(), context->client_metadata());
+  call.auth = p.status();
+  if (p.ok()) call.principal = *std::move(p);
   return call;
 }
 

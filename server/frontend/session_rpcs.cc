@@ -85,10 +85,9 @@ int Conv1dService::DrainSessionStreams() {
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Conv1dService::Decode(
     grpc::CallbackServerContext* context) {
   if (sessions_ == nullptr) return new RefusedStream(NoSessions());
-  if (options_.auth != nullptr) {
-    absl::StatusOr<Principal> principal = options_.auth->Authenticate(context->client_metadata());
-    if (!principal.ok()) return new RefusedStream(principal.status());
-  }
+  absl::StatusOr<Principal> principal =
+      PrincipalOf(options_.auth.get(), context->client_metadata());
+  if (!principal.ok()) return new RefusedStream(principal.status());
   return DecodeStream::Start(context, sessions_.get(), observer_,
                              request_ids_.Next(*context), options_.access_log.get());
 }
