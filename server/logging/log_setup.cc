@@ -3,8 +3,11 @@
 #include <atomic>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "google/protobuf/stubs/logging.h"
 #include "grpc/support/log.h"
 #include "server/logging/json_formatter.h"
+#include "server/logging/log_rate_limit.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -13,19 +16,40 @@
 namespace conv1d {
 namespace {
 
-// gRPC may log from its own threads until the very end of the process, so
-// the logger it writes to is never destroyed (see ConfigureLogging).
+// gRPC and protobuf may log from their own threads until the very end of
+// the process, so the loggers and the limiter they use are never destroyed
+// (see ConfigureLogging).
 std::atomic<spdlog::logger*> g_grpc_logger{nullptr};
+std::atomic<spdlog::logger*> g_protobuf_logger{nullptr};
+LogRateLimiter* const g_library_limiter = new LogRateLimiter();
+
+// Writes a library's line through `logger`, within the per-source limit.
+void LogLibraryLine(spdlog::logger* logger, spdlog::level::level_enum level, const char* file,
+                    int line, const std::string& message) {
+  if (logger == nullptr || !logger->should_log(level)) return;
+  const LogRateLimiter::Verdict v = g_library_limiter->Admit(file, line, absl::Now());
+  if (v.suppressed > 0) {
+    logger->log(level, "{}:{}: {} similar lines suppressed in the last window",
+                file != nullptr ? file : "?", line, v.suppressed);
+  }
+  if (v.write) logger->log(level, "{}:{}: {}", file != nullptr ? file : "?", line, message);
+}
 
 void LogGrpcMessage(gpr_log_func_args* args) {
-  spdlog::logger* logger = g_grpc_logger.load(std::memory_order_acquire);
-  if (logger == nullptr) return;
   spdlog::level::level_enum level = spdlog::level::err;
   if (args->severity == GPR_LOG_SEVERITY_DEBUG) level = spdlog::level::debug;
   if (args->severity == GPR_LOG_SEVERITY_INFO) level = spdlog::level::info;
-  if (!logger->should_log(level)) return;
-  logger->log(level, "{}:{}: {}", args->file != nullptr ? args->file : "?", args->line,
-              args->message != nullptr ? args->message : "");
+  LogLibraryLine(g_grpc_logger.load(std::memory_order_acquire), level, args->file, args->line,
+                 args->message != nullptr ? args->message : "");
+}
+
+void LogProtobufMessage(google::protobuf::LogLevel severity, const char* file, int line,
+                        const std::string& message) {
+  spdlog::level::level_enum level = spdlog::level::err;
+  if (severity == google::protobuf::LOGLEVEL_INFO) level = spdlog::level::info;
+  if (severity == google::protobuf::LOGLEVEL_WARNING) level = spdlog::level::warn;
+  if (severity == google::protobuf::LOGLEVEL_FATAL) level = spdlog::level::critical;
+  LogLibraryLine(g_protobuf_logger.load(std::memory_order_acquire), level, file, line, message);
 }
 
 }  // namespace
@@ -69,6 +93,11 @@ void ConfigureLogging(LogFormat format, spdlog::level::level_enum level) {
   spdlog::logger* previous = g_grpc_logger.exchange(grpc_logger, std::memory_order_acq_rel);
   (void)previous;  // an earlier configuration's logger stays alive too
   gpr_set_log_function(LogGrpcMessage);
+
+  auto* protobuf_logger = new spdlog::logger("protobuf", sink);
+  protobuf_logger->set_level(level);
+  previous = g_protobuf_logger.exchange(protobuf_logger, std::memory_order_acq_rel);
+  google::protobuf::SetLogHandler(LogProtobufMessage);
 }
 
 }  // namespace conv1d

@@ -3,9 +3,13 @@
 //
 // ConfigureLogging replaces spdlog's default logger (stdout, unnamed) by one
 // named "conv1d" on stderr, and routes gRPC core's own messages (gpr_log)
-// through a second logger, "grpc", on the same sink, so that with
-// --log_format=json every line the process writes to stderr is JSON.
-// gRPC still filters its messages by GRPC_VERBOSITY (default ERROR) first.
+// and protobuf's through two more loggers, "grpc" and "protobuf", on the
+// same sink, so that with --log_format=json every line the process writes
+// to stderr is JSON. gRPC still filters its messages by GRPC_VERBOSITY
+// (default ERROR) first. Library lines are rate-limited per source line
+// (log_rate_limit.h: 10 per minute, then a count of what was dropped), since
+// clients can trigger them (failed TLS handshakes, strings that are not
+// UTF-8).
 //
 // Used by server/main.cc once at start-up; tests use the parsers.
 //

@@ -243,3 +243,38 @@ TEST(ServerLogging, TextAccessLogOnStderr) {
 
 }  // namespace
 }  // namespace conv1d::e2e
+
+namespace conv1d::e2e {
+namespace {
+
+// A client can make the libraries log (protobuf logs an ERROR for every
+// string field that is not UTF-8): 200 such requests leave at most the
+// per-source burst of those lines, then a count of the rest.
+TEST(ServerLogging, ClientTriggeredLibraryLinesAreRateLimited) {
+  ServerProcess server({"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=echo",
+                        "--drain_grace_ms=0"});
+  ASSERT_TRUE(server.started());
+  const int port = server.WaitForPort(absl::Seconds(20));
+  ASSERT_NE(port, 0) << server.Log();
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(absl::StrCat("127.0.0.1:", port));
+  auto stub = v1::Conv1d::NewStub(channel);
+  for (int i = 0; i < 200; ++i) {
+    grpc::ClientContext context;
+    context.set_wait_for_ready(true);
+    v1::UnregisterWeightsRequest req;
+    req.set_name(std::string("bad\xff\xfe name ") + std::to_string(i));
+    v1::UnregisterWeightsResponse resp;
+    const grpc::Status st = stub->UnregisterWeights(&context, req, &resp);
+    ASSERT_FALSE(st.ok()) << i;
+  }
+  ASSERT_EQ(Stop(&server, channel.get()), 0) << server.Log();
+  int utf8_lines = 0;
+  for (const std::string& line : Lines(server.Log())) {
+    if (line.find("UTF-8") != std::string::npos) ++utf8_lines;
+  }
+  EXPECT_GE(utf8_lines, 1) << server.Log();
+  EXPECT_LE(utf8_lines, 10) << server.Log();
+}
+
+}  // namespace
+}  // namespace conv1d::e2e
