@@ -9,8 +9,8 @@
 // Reports, per mode and concurrency, steps/s and the per-step latency
 // percentiles seen by the client.
 //
-// Used by client/load/main.cc and its tests. RunSessionLoad blocks; it runs
-// one thread per chain, each with its own synchronous calls.
+// Used by client/load/main.cc and its tests. RunSessionLoad blocks while
+// the chains run on gRPC's callback threads (session_chain.h).
 #ifndef CONV1D_CLIENT_LOAD_SESSION_LOAD_H_
 #define CONV1D_CLIENT_LOAD_SESSION_LOAD_H_
 
