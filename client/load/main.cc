@@ -471,29 +471,8 @@ int Main() {
       return absl::IsInvalidArgument(runs.status()) ? UsageError(runs.status().message())
                                                     : Fail(runs.status());
     }
-    const std::string csv = absl::GetFlag(FLAGS_csv), json = absl::GetFlag(FLAGS_json);
-    if (!csv.empty()) {
-      if (absl::Status s = WriteFile(csv, ProtocolCsv(*runs)); !s.ok()) return Fail(s);
-    }
-    if (!json.empty()) {
-      if (absl::Status s = WriteFile(json, ProtocolJson(*runs)); !s.ok()) return Fail(s);
-    }
-    int64_t requests = 0, errors = 0, wrong = 0;
-    std::string first;
-    for (const ProtocolRun& r : *runs) {
-      requests += r.report.total_requests;
-      errors += r.report.total_errors;
-      wrong += r.report.wrong_answers;
-      if (first.empty()) first = r.report.first_wrong;
-    }
-    std::printf("total: %lld requests, %lld errors, %lld wrong answers\n",
-                static_cast<long long>(requests), static_cast<long long>(errors),
-                static_cast<long long>(wrong));
-    if (wrong > 0) {
-      std::fprintf(stderr, "conv1d_load: wrong answers, first: %s\n", first.c_str());
-      return 1;
-    }
-    return errors > 0 && !absl::GetFlag(FLAGS_allow_errors) ? 1 : 0;
+    return FinishProtocolRuns(*runs, absl::GetFlag(FLAGS_csv), absl::GetFlag(FLAGS_json),
+                              absl::GetFlag(FLAGS_allow_errors));
   }
   absl::StatusOr<std::unique_ptr<LoadRunner>> runner = LoadRunner::Create(o, client->get());
   if (!runner.ok()) return UsageError(runner.status().message());

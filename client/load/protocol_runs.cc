@@ -1,6 +1,7 @@
 #include "client/load/protocol_runs.h"
 
 #include <cstdio>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +92,36 @@ std::string ProtocolJson(const std::vector<ProtocolRun>& runs) {
   }
   absl::StrAppend(&out, "]}\n");
   return out;
+}
+
+int FinishProtocolRuns(const std::vector<ProtocolRun>& runs, const std::string& csv_path,
+                       const std::string& json_path, bool allow_errors) {
+  for (const auto& [path, text] : {std::pair{csv_path, ProtocolCsv(runs)},
+                                   std::pair{json_path, ProtocolJson(runs)}}) {
+    if (path.empty()) continue;
+    std::ofstream f(path, std::ios::trunc);
+    f << text;
+    if (!f) {
+      std::fprintf(stderr, "conv1d_load: cannot write %s\n", path.c_str());
+      return 1;
+    }
+  }
+  int64_t requests = 0, errors = 0, wrong = 0;
+  std::string first;
+  for (const ProtocolRun& r : runs) {
+    requests += r.report.total_requests;
+    errors += r.report.total_errors;
+    wrong += r.report.wrong_answers;
+    if (first.empty()) first = r.report.first_wrong;
+  }
+  std::printf("total: %lld requests, %lld errors, %lld wrong answers\n",
+              static_cast<long long>(requests), static_cast<long long>(errors),
+              static_cast<long long>(wrong));
+  if (wrong > 0) {
+    std::fprintf(stderr, "conv1d_load: wrong answers, first: %s\n", first.c_str());
+    return 1;
+  }
+  return errors > 0 && !allow_errors ? 1 : 0;
 }
 
 }  // namespace conv1d

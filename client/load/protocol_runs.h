@@ -47,6 +47,12 @@ std::string ProtocolCsv(const std::vector<ProtocolRun>& runs);
 // {"runs": [{"protocol", "memory", "workload", "report": <ReportJson>}]}.
 std::string ProtocolJson(const std::vector<ProtocolRun>& runs);
 
+// Writes the CSV and JSON (when their paths are not empty), prints the
+// totals, and returns the exit status: 1 for a wrong answer, or a failed
+// request unless `allow_errors`; 1 also when a file cannot be written.
+int FinishProtocolRuns(const std::vector<ProtocolRun>& runs, const std::string& csv_path,
+                       const std::string& json_path, bool allow_errors);
+
 }  // namespace conv1d
 
 #endif  // CONV1D_CLIENT_LOAD_PROTOCOL_RUNS_H_

@@ -325,10 +325,11 @@ void OipSequences::Finish(const std::shared_ptr<Sequence>& seq,
                           const std::shared_ptr<Work>& work, const absl::Status& status,
                           int64_t batch, const TaskTimings& timings) {
   work->call->leases.clear();
-  // An end, a failed open, or a failed step that closed the session
-  // removes the sequence; requests queued behind it fail.
-  bool end = work->seq.end || seq->session == nullptr;
-  if (work->seq.end && seq->session != nullptr) manager_->Close(*seq->session).IgnoreError();
+  // An end, a failed start (open or first step), or a failed step that
+  // closed the session removes the sequence; requests queued behind it fail.
+  const bool close = work->seq.end || (work->seq.start && !status.ok());
+  bool end = close || seq->session == nullptr;
+  if (close && seq->session != nullptr) manager_->Close(*seq->session).IgnoreError();
   std::deque<std::shared_ptr<Work>> orphans;
   {
     absl::MutexLock lock(&mu_);
@@ -342,8 +343,8 @@ void OipSequences::Finish(const std::shared_ptr<Sequence>& seq,
   }
   work->done(status, batch, timings);
   for (const std::shared_ptr<Work>& w : orphans) {
-    w->done(NotOpen(w->seq, work->seq.end ? "an earlier request ended it"
-                                          : "an earlier request of it failed"),
+    w->done(NotOpen(w->seq, work->seq.end && status.ok() ? "an earlier request ended it"
+                                                         : "an earlier request of it failed"),
             0, TaskTimings());
   }
 }

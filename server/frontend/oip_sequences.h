@@ -10,8 +10,10 @@
 // (input conv_state, else zeros). Every request of the sequence, the first
 // included, then steps the session with its x and returns y; the state
 // stays on the server (a request that lists output conv_state_out gets the
-// state after its step, exported from the session). sequence_end closes the session after the step
-// (whether the step succeeded or not). accepted_tokens = N on a request
+// state after its step, exported from the session). sequence_end closes
+// the session after the step, whether the step succeeded or not; so does a
+// failed first request (no sequence is left open by a refused start).
+// accepted_tokens = N on a request
 // first commits the previous step's first N tokens (speculative rollback,
 // SessionManager::Commit), then steps.
 //

@@ -261,6 +261,13 @@ class Errors(Fixture):
                           self.start, 41, parameters={"accepted_tokens": 0})
         self.expect_error("INVALID_ARGUMENT", ["input 'weight' is missing"],
                           self.step, 41, self.x, "FP32", [tc.make_input("x", self.x, "FP32")])
+        # A first request refused after the session opened (x's D is not the
+        # weights') leaves no sequence behind: the id starts again.
+        bad_x = np.zeros((1, 5, 1))
+        self.expect_error("INVALID_ARGUMENT", ["x.shape[1] is 5", "D of the session"],
+                          self.step, 43, bad_x, "FP32",
+                          self.start_inputs(bad_x, self.w, None, "FP32", "FP32"))
+        self.start(43, end=True)
         self.start(42)
         self.expect_error("INVALID_ARGUMENT", ["input 'weight'", "x only"], self.step, 42,
                           self.x, "FP32", [tc.make_input("x", self.x, "FP32"),
