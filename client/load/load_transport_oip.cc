@@ -75,9 +75,9 @@ void Header(const PreparedRequest& p, const WorkloadSpec& spec, ModelInferReques
 
 // The conv1d.v1 response field of an output.
 v1::Tensor* ResponseTensor(LoadAnswer* a, WorkloadOp op, const std::string& name) {
-  google::protobuf::Message* m = op == WorkloadOp::kForward    ? static_cast<google::protobuf::Message*>(&a->forward)
-                                 : op == WorkloadOp::kBackward ? static_cast<google::protobuf::Message*>(&a->backward)
-                                                               : &a->update;
+  google::protobuf::Message* m = &a->update;
+  if (op == WorkloadOp::kForward) m = &a->forward;
+  if (op == WorkloadOp::kBackward) m = &a->backward;
   const auto* field =
       m->GetDescriptor()->FindFieldByName(name == "conv_state_out" ? "conv_state" : name);
   if (field == nullptr) return nullptr;
@@ -135,8 +135,9 @@ class OipTransport final : public LoadTransport {
     call->index = index;
     call->want = want;
     call->done = std::move(done);
-    const absl::Duration timeout =
-        options.timeout > absl::ZeroDuration() ? options.timeout : client_->options().default_timeout;
+    const absl::Duration timeout = options.timeout > absl::ZeroDuration()
+                                       ? options.timeout
+                                       : client_->options().default_timeout;
     if (timeout > absl::ZeroDuration() && timeout < absl::InfiniteDuration()) {
       call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     }

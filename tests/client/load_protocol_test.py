@@ -53,8 +53,8 @@ class ProtocolMatrix(unittest.TestCase):
         self.assertIn("method=ModelInfer", text)
         self.assertIn("method=Forward", text)
         # One region per protocol, registered and unregistered.
-        self.assertEqual(len(re.findall(r"method=SystemSharedMemoryRegister .*code=OK", text)), 4)
-        self.assertEqual(len(re.findall(r"method=SystemSharedMemoryUnregister .*code=OK", text)), 4)
+        for method in ("SystemSharedMemoryRegister", "SystemSharedMemoryUnregister"):
+            self.assertEqual(len(re.findall(rf"method={method} .*code=OK", text)), 4, method)
         sizes = [int(m) for m in re.findall(r"method=(?:Forward|ModelInfer) .*"
                                             r"request_bytes=(\d+)", text)]
         x_bytes = 2048 * 128 * 4  # small-fwd's x

@@ -302,7 +302,7 @@ class Expiry(unittest.TestCase):
             client.infer("conv1d_update", [tc.make_input("x", x, "FP32"),
                                            tc.make_input("weight", w, "FP32")],
                          sequence_id=9, sequence_start=True)
-            time.sleep(2.5)
+            time.sleep(4)  # the idle timeout (1 s) plus the reaper's period (<= 1 s), with margin
             with self.assertRaises(tutils.InferenceServerException) as ctx:
                 client.infer("conv1d_update", [tc.make_input("x", x, "FP32")], sequence_id=9)
             self.assertEqual(ctx.exception.status(), "StatusCode.NOT_FOUND")
