@@ -310,6 +310,37 @@ class Expiry(unittest.TestCase):
             client.close()
 
 
+class Principals(unittest.TestCase):
+    def test_a_sequence_belongs_to_the_principal_that_started_it(self):
+        import tempfile
+        tokens = {"alice": "a" * 32, "bob": "b" * 32}
+        with tempfile.NamedTemporaryFile("w", suffix=".tokens") as f:
+            f.write("".join(f"{t} {p} infer\n" for p, t in tokens.items()))
+            f.flush()
+            hdr = {p: {"authorization": f"Bearer {t}"} for p, t in tokens.items()}
+            with oip_util.Server(SERVER_BINARY, f"--auth_tokens_file={f.name}",
+                                 headers=hdr["alice"]) as server:
+                client = grpcclient.InferenceServerClient(server.url)
+                x, w = np.ones((1, 2, 1), np.float32), np.ones((2, 2), np.float32)
+                client.infer("conv1d_update", [tc.make_input("x", x, "FP32"),
+                                               tc.make_input("weight", w, "FP32")],
+                             sequence_id=5, sequence_start=True, headers=hdr["alice"])
+                with self.assertRaises(tutils.InferenceServerException) as ctx:
+                    client.infer("conv1d_update", [tc.make_input("x", x, "FP32")],
+                                 sequence_id=5, headers=hdr["bob"])
+                self.assertEqual(ctx.exception.status(), "StatusCode.NOT_FOUND")
+                # Bob's id 5 is his own sequence; Alice's goes on.
+                client.infer("conv1d_update", [tc.make_input("x", x, "FP32"),
+                                               tc.make_input("weight", w, "FP32")],
+                             sequence_id=5, sequence_start=True, sequence_end=True,
+                             headers=hdr["bob"])
+                r = client.infer("conv1d_update", [tc.make_input("x", x, "FP32")],
+                                 sequence_id=5, sequence_end=True, headers=hdr["alice"])
+                # y = w0 * x[t-1] + w1 * x[t] = 2 with the first step's 1 in the state.
+                np.testing.assert_array_equal(r.as_numpy("y"), np.full((1, 2, 1), 2.0))
+                client.close()
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         print(__doc__)
