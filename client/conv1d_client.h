@@ -155,6 +155,9 @@ class Conv1dClient {
   // One of the client's connections (round-robin), with its credentials, for
   // other services on the same server (e.g. server reflection).
   std::shared_ptr<grpc::Channel> channel() { return NextChannel().channel; }
+  // "Bearer <token>" or empty: the `authorization` metadata this client
+  // sends, for calls to other services of the same server.
+  const std::string& authorization() const { return authorization_; }
   // Calls that were retried at least once since creation.
   int64_t retried_calls() const { return retried_calls_.load(); }
 

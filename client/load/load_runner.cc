@@ -13,15 +13,6 @@
 
 namespace conv1d {
 
-namespace {
-constexpr int kMaxVerifyQueue = 16;
-
-int64_t EstimateRequestBytes(const WorkloadSpec& s) {
-  const int64_t act = s.batch * s.dim * s.seqlen * DTypeSize(s.dtype);
-  return s.op == WorkloadOp::kBackward ? 2 * act : act;
-}
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(LoadOptions options,
                                                                Conv1dClient* client) {
   if (options.workloads.empty()) return absl::InvalidArgumentError("no workload");
@@ -66,7 +57,16 @@ absl::StatusOr<std::unique_ptr<LoadRunner>> LoadRunner::Create(LoadOptions optio
       return absl::InvalidArgumentError(absl::StrCat("concurrency ", l, " is not a whole number >= 1"));
     }
   }
+  if (options.memory != "grpc" && !options.closed_loop) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory=", options.memory, " takes --concurrency (output slots per request in "
+        "flight), not --rate"));
+  }
+  absl::StatusOr<std::unique_ptr<LoadTransport>> transport =
+      MakeLoadTransport(options.protocol, options.memory, client);
+  if (!transport.ok()) return transport.status();
   std::unique_ptr<LoadRunner> r(new LoadRunner(std::move(options), client));
+  r->transport_ = *std::move(transport);
   r->min_windows_ = std::max(min_windows, r->options_.stable_windows);
   r->call_.timeout = r->options_.timeout;
   r->call_.max_attempts = r->options_.max_attempts;
@@ -81,263 +81,10 @@ LoadRunner::~LoadRunner() {
   if (verifier_.joinable()) verifier_.join();
 }
 
-absl::Status LoadRunner::Setup(RunReport* report) {
-  absl::StatusOr<v1::ServerInfoResponse> info = client_->ServerInfo();
-  ++report->setup_calls;
-  if (!info.ok()) {
-    return absl::Status(info.status().code(),
-                        absl::StrCat("server not reachable: ", info.status().message()));
-  }
-  std::printf("server: %s backend, version %s\n", info->backend().c_str(), info->version().c_str());
-  const auto& w = options_.workloads;
-  const uint64_t seed = options_.seed;
-  // Pool: each workload gets up to pool_size requests within its share of the
-  // byte budget, built in parallel so large pools do not stall start-up.
-  std::vector<int> sizes;
-  for (size_t i = 0; i < w.size(); ++i) {
-    weights_.push_back(MakeWeights(w[i], seed * 1000003 + i));
-    const int64_t budget = options_.pool_bytes / static_cast<int64_t>(w.size());
-    const int64_t fit = budget / std::max<int64_t>(1, EstimateRequestBytes(w[i]));
-    sizes.push_back(static_cast<int>(std::clamp<int64_t>(fit, 2, std::max(2, options_.pool_size))));
-  }
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!w[i].registered_weights) {
-      registered_names_.push_back("");
-      continue;
-    }
-    std::string name = w[i].weights_name;
-    if (name.empty()) {
-      name = absl::StrCat("conv1d_load_", getpid(), "_", i);
-      v1::RegisterWeightsRequest req;
-      req.set_name(name);
-      req.set_replace(true);
-      weights_[i].weight.ToProto(req.mutable_weight());
-      if (!weights_[i].bias.empty()) weights_[i].bias.ToProto(req.mutable_bias());
-      absl::StatusOr<v1::RegisterWeightsResponse> r = client_->RegisterWeights(req);
-      ++report->setup_calls;
-      if (!r.ok()) {
-        return absl::Status(r.status().code(),
-                            absl::StrCat("registering weights: ", r.status().message()));
-      }
-      registered_names_.push_back(name);
-    } else {
-      registered_names_.push_back("");  // the user's set: values unknown here
-    }
-  }
-  std::vector<std::vector<PoolItem>> per(w.size());
-  for (size_t i = 0; i < w.size(); ++i) per[i].resize(sizes[i]);
-  std::vector<std::thread> threads;
-  const unsigned nthreads = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned t = 0; t < nthreads; ++t) {
-    threads.emplace_back([&, t] {
-      size_t k = 0;
-      for (size_t i = 0; i < w.size(); ++i) {
-        WorkloadSpec spec = w[i];
-        if (spec.registered_weights && spec.weights_name.empty()) {
-          spec.weights_name = registered_names_[i];
-        }
-        for (int j = 0; j < sizes[i]; ++j, ++k) {
-          if (k % nthreads != t) continue;
-          PoolItem& item = per[i][j];
-          item.workload = static_cast<int>(i);
-          item.req = BuildRequest(spec, weights_[i], seed * 7919 + 104729 * i + 31 * j + 5);
-          item.req.spec_index = static_cast<int>(i);
-        }
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  if (!options_.input_x.empty() || !options_.input_dout.empty() ||
-      !options_.input_state.empty()) {
-    // The files' arrays replace the random ones; every request is the same.
-    per[0].resize(1);
-    PreparedRequest& p = per[0][0].req;
-    const HostTensor &x = options_.input_x, &dout = options_.input_dout,
-                     &state = options_.input_state;
-    if (p.forward) {
-      auto m = std::make_shared<v1::ForwardRequest>(*p.forward);
-      if (!x.empty()) x.ToProto(m->mutable_x());
-      if (!state.empty()) state.ToProto(m->mutable_initial_states());
-      p.forward = std::move(m);
-    } else if (p.backward) {
-      auto m = std::make_shared<v1::BackwardRequest>(*p.backward);
-      if (!x.empty()) x.ToProto(m->mutable_x());
-      if (!dout.empty()) dout.ToProto(m->mutable_dout());
-      if (!state.empty()) state.ToProto(m->mutable_initial_states());
-      p.backward = std::move(m);
-    } else if (p.update) {
-      auto m = std::make_shared<v1::UpdateRequest>(*p.update);
-      if (!x.empty()) x.ToProto(m->mutable_x());
-      if (!state.empty()) state.ToProto(m->mutable_conv_state());
-      p.update = std::move(m);
-    }
-    sizes[0] = 1;
-  }
-  std::vector<int> first;
-  for (size_t i = 0; i < w.size(); ++i) {
-    first.push_back(static_cast<int>(pool_.size()));
-    for (auto& item : per[i]) pool_.push_back(std::move(item));
-  }
-  // Schedule: mix shares over 4096 slots, then shuffled deterministically.
-  double total = 0;
-  for (const auto& s : w) total += s.mix_weight;
-  FastRng rng(seed ^ 0x5eed);
-  std::vector<int> rr(w.size(), 0);
-  for (int k = 0; k < 4096; ++k) {
-    double u = rng.UniformDouble() * total;
-    size_t i = 0;
-    while (i + 1 < w.size() && u >= w[i].mix_weight) u -= w[i++].mix_weight;
-    schedule_.push_back(first[i] + (rr[i]++ % sizes[i]));
-  }
-  int64_t pool_bytes = 0;
-  for (const auto& item : pool_) pool_bytes += item.req.request_tensor_bytes;
-  std::printf("request pool: %zu requests, %.1f MB\n", pool_.size(), pool_bytes / 1e6);
-  if (options_.verify_fraction > 0) verifier_ = std::thread([this] { VerifierLoop(); });
-  return absl::OkStatus();
-}
-
-void LoadRunner::Teardown() {
-  for (const std::string& name : registered_names_) {
-    if (name.empty()) continue;
-    v1::UnregisterWeightsRequest req;
-    req.set_name(name);
-    static_cast<void>(client_->UnregisterWeights(req));
-  }
-}
-
-const LoadRunner::PoolItem& LoadRunner::NextItem() {
-  const uint64_t k = next_.fetch_add(1, std::memory_order_relaxed);
-  return pool_[schedule_[k % schedule_.size()]];
-}
-
 std::unique_ptr<WindowStats> LoadRunner::NewWindow() const {
   auto w = std::make_unique<WindowStats>();
   w->by_workload.resize(options_.workloads.size());
   return w;
-}
-
-template <typename Resp>
-void LoadRunner::OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<Resp> r) {
-  const double latency_us = absl::ToDoubleMicroseconds(absl::Now() - t0);
-  {
-    absl::MutexLock l(&mu_);
-    ++completed_;
-    if (!r.ok()) ++errors_;
-    if (window_ != nullptr) {
-      WorkloadCounts& wc = window_->by_workload[item.workload];
-      ++window_->completed;
-      ++wc.completed;
-      if (r.ok()) {
-        const int64_t bytes = item.req.request_tensor_bytes + TensorPayloadBytes(*r);
-        window_->latencies_us.push_back(latency_us);
-        window_->bytes += bytes;
-        wc.latencies_us.push_back(latency_us);
-        wc.bytes += bytes;
-      } else {
-        const std::string code = absl::StatusCodeToString(r.status().code());
-        ++window_->errors;
-        ++window_->errors_by_code[code];
-        ++wc.errors;
-        ++wc.errors_by_code[code];
-      }
-    }
-  }
-  if (!r.ok() || options_.verify_fraction <= 0) return;
-  thread_local FastRng rng(reinterpret_cast<uintptr_t>(&rng) ^ options_.seed);
-  if (rng.UniformDouble() >= options_.verify_fraction) return;
-  const WorkloadSpec& spec = options_.workloads[item.workload];
-  const WeightSet* weights = spec.registered_weights ? &weights_[item.workload] : nullptr;
-  absl::MutexLock l(&verify_mu_);
-  if (spec.registered_weights && registered_names_[item.workload].empty()) {
-    ++verify_skipped_;  // a user-registered set: values unknown here
-    return;
-  }
-  if (verify_queue_.size() >= kMaxVerifyQueue) {
-    ++verify_skipped_;
-    return;
-  }
-  verify_queue_.push_back([this, &item, weights, resp = *std::move(r)]() {
-    absl::Status s;
-    if constexpr (std::is_same_v<Resp, v1::ForwardResponse>) {
-      s = VerifyResponse(*item.req.forward, resp, weights);
-    } else if constexpr (std::is_same_v<Resp, v1::BackwardResponse>) {
-      s = VerifyResponse(*item.req.backward, resp, weights);
-    } else {
-      s = VerifyResponse(*item.req.update, resp, weights);
-    }
-    absl::MutexLock l(&verify_mu_);
-    ++verified_;
-    if (!s.ok()) {
-      ++wrong_;
-      if (first_wrong_.empty()) first_wrong_ = s.ToString();
-    }
-  });
-}
-
-void LoadRunner::VerifierLoop() {
-  for (;;) {
-    absl::AnyInvocable<void()> task;
-    {
-      absl::MutexLock l(&verify_mu_);
-      verify_mu_.Await(absl::Condition(
-          +[](LoadRunner* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->verify_mu_) {
-            return r->verify_stop_ || !r->verify_queue_.empty();
-          },
-          this));
-      if (verify_queue_.empty()) return;
-      task = std::move(verify_queue_.front());
-      verify_queue_.pop_front();
-      ++verify_busy_;
-    }
-    task();
-    absl::MutexLock l(&verify_mu_);
-    --verify_busy_;
-  }
-}
-
-void LoadRunner::Dispatch(const PoolItem& item, absl::AnyInvocable<void()> after) {
-  const absl::Time t0 = absl::Now();
-  switch (item.req.op) {
-    case WorkloadOp::kForward:
-      client_->ForwardAsync(item.req.forward, call_,
-                            [this, &item, t0, after = std::move(after)](
-                                absl::StatusOr<v1::ForwardResponse> r) mutable {
-                              OnComplete(item, t0, std::move(r));
-                              after();
-                            });
-      break;
-    case WorkloadOp::kBackward:
-      client_->BackwardAsync(item.req.backward, call_,
-                             [this, &item, t0, after = std::move(after)](
-                                 absl::StatusOr<v1::BackwardResponse> r) mutable {
-                               OnComplete(item, t0, std::move(r));
-                               after();
-                             });
-      break;
-    case WorkloadOp::kUpdate:
-      client_->UpdateAsync(item.req.update, call_,
-                           [this, &item, t0, after = std::move(after)](
-                               absl::StatusOr<v1::UpdateResponse> r) mutable {
-                             OnComplete(item, t0, std::move(r));
-                             after();
-                           });
-      break;
-  }
-}
-
-void LoadRunner::IssueClosed() {
-  {
-    absl::MutexLock l(&mu_);
-    ++sent_;
-  }
-  Dispatch(NextItem(), [this] {
-    if (running_.load(std::memory_order_acquire)) {
-      IssueClosed();
-    } else {
-      absl::MutexLock l(&mu_);
-      --outstanding_;
-    }
-  });
 }
 
 void LoadRunner::SenderLoop(double rate, StepResult* step) {
@@ -391,76 +138,6 @@ void LoadRunner::SenderLoop(double rate, StepResult* step) {
           options_.poisson ? -std::log(1.0 - rng.UniformDouble()) / rate : 1.0 / rate;
       next += absl::Seconds(gap_s);
     }
-  }
-}
-
-LoadRunner::Scrape LoadRunner::DoScrape() {
-  Scrape s;
-  absl::StatusOr<std::string> body = absl::NotFoundError("no --metrics_url");
-  if (!options_.metrics_url.empty()) {
-    body = HttpGet(options_.metrics_url, absl::Seconds(5));
-    if (!body.ok()) {
-      std::fprintf(stderr, "conv1d_load: metrics scrape failed: %s\n",
-                   body.status().ToString().c_str());
-    }
-  }
-  if (!options_.gpu_metrics_url.empty()) {
-    absl::StatusOr<std::string> gpu_body =
-        options_.gpu_metrics_url == options_.metrics_url
-            ? body
-            : HttpGet(options_.gpu_metrics_url, absl::Seconds(5));
-    if (gpu_body.ok()) {
-      int n = 0;
-      const double util = SumMetric(*gpu_body, options_.gpu_util_metric, "", &n);
-      if (n > 0) s.gpu.util_sum = util / n, s.gpu.util_n = 1;
-      const double power = SumMetric(*gpu_body, options_.gpu_power_metric, "", &n);
-      if (n > 0) s.gpu.power_sum = power / n, s.gpu.power_n = 1;
-      const double mem = SumMetric(*gpu_body, options_.gpu_memory_metric, "", &n);
-      if (n > 0) s.gpu.memory_sum = mem * options_.gpu_memory_unit_bytes, s.gpu.memory_n = 1;
-    } else {
-      std::fprintf(stderr, "conv1d_load: GPU metrics scrape failed: %s\n",
-                   gpu_body.status().ToString().c_str());
-    }
-  }
-  if (!body.ok()) return s;
-  const std::string& f = options_.requests_filter;
-  s.ok = true;
-  s.queue_sum = SumMetric(*body, options_.queue_metric + "_sum");
-  s.queue_count = SumMetric(*body, options_.queue_metric + "_count");
-  s.compute_sum = SumMetric(*body, options_.compute_metric + "_sum");
-  s.compute_count = SumMetric(*body, options_.compute_metric + "_count");
-  s.requests = SumMetric(*body, options_.requests_metric, f);
-  return s;
-}
-
-void LoadRunner::SleepWithProgress(double seconds, double level) {
-  const absl::Time end = absl::Now() + absl::Seconds(seconds);
-  const absl::Time start = absl::Now();
-  while (absl::Now() < end && !overloaded_.load(std::memory_order_acquire)) {
-    absl::SleepFor(std::min(absl::Milliseconds(options_.closed_loop ? 500 : 50),
-                            end - absl::Now()));
-    if (!options_.progress) continue;
-    int64_t n, errors;
-    bool measuring;
-    std::vector<double> lat;
-    {
-      absl::MutexLock l(&mu_);
-      measuring = window_ != nullptr;
-      if (!measuring) {
-        n = completed_, errors = errors_;
-      } else {
-        n = window_->completed, errors = window_->errors;
-        lat = window_->latencies_us;
-      }
-    }
-    std::sort(lat.begin(), lat.end());
-    const double el = absl::ToDoubleSeconds(absl::Now() - start);
-    std::printf("\r\033[K[%s %g] %s %.0f req/s  p99 %.1f us  errors %lld",
-                options_.closed_loop ? "concurrency" : "rate", level,
-                measuring ? "measuring" : "warm-up",
-                measuring ? n / std::max(el, 1e-9) : 0.0, Percentile(lat, 99),
-                static_cast<long long>(errors));
-    std::fflush(stdout);
   }
 }
 

@@ -17,8 +17,15 @@
 // between the last level that held and the first that did not; the report
 // names the step with the highest throughput that held.
 //
+// Requests travel through a LoadTransport (load_transport.h): conv1d.v1 or
+// the inference protocol, tensor bytes in the messages or in a registered
+// shared-memory region.
+//
 // Used by client/load/main.cc. Run() is called from one thread; internally
 // completions arrive on gRPC callback threads and are recorded under a mutex.
+// The definitions are in load_runner.cc (steps, search), load_pool.cc (pool,
+// transport set-up) and load_dispatch.cc (sends, answers, verification,
+// scrapes).
 #ifndef CONV1D_CLIENT_LOAD_LOAD_RUNNER_H_
 #define CONV1D_CLIENT_LOAD_LOAD_RUNNER_H_
 
@@ -34,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/conv1d_client.h"
+#include "client/load/load_transport.h"
 #include "client/load/report.h"
 #include "client/load/stats.h"
 #include "client/workload.h"
@@ -42,6 +50,11 @@ namespace conv1d {
 
 struct LoadOptions {
   std::vector<WorkloadSpec> workloads;  // mixed by their mix_weight
+  // How requests travel (load_transport.h): protocol "v1" or "oip", memory
+  // "grpc" (bytes in the messages) or "system" (a shared-memory region;
+  // closed loop only).
+  std::string protocol = "v1";
+  std::string memory = "grpc";
   bool closed_loop = true;
   std::vector<double> levels;  // concurrency or requests/s per step
   bool poisson = false;        // open loop arrivals; else constant spacing
@@ -105,6 +118,7 @@ class LoadRunner {
   struct PoolItem {
     PreparedRequest req;
     int workload = 0;
+    int index = 0;  // in pool_, as the transport knows it
   };
   struct Scrape {
     bool ok = false;
@@ -122,8 +136,9 @@ class LoadRunner {
   void RunSearch(RunReport* report);
   std::unique_ptr<WindowStats> NewWindow() const;
   void Dispatch(const PoolItem& item, absl::AnyInvocable<void()> after);
-  template <typename Resp>
-  void OnComplete(const PoolItem& item, absl::Time t0, absl::StatusOr<Resp> r);
+  // `verify`: the answer carries the response, to be checked.
+  void OnComplete(const PoolItem& item, absl::Time t0, bool verify,
+                  absl::StatusOr<LoadAnswer> r);
   void IssueClosed();
   void SenderLoop(double rate, StepResult* step);
   const PoolItem& NextItem();
@@ -134,6 +149,7 @@ class LoadRunner {
   const LoadOptions options_;
   int min_windows_ = 1;  // windows that make up duration_s
   Conv1dClient* const client_;
+  std::unique_ptr<LoadTransport> transport_;
   CallOptions call_;
   std::vector<WeightSet> weights_;
   std::vector<std::string> registered_names_;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/load/load_runner.h"
+#include "client/load/protocol_runs.h"
 #include "client/load/session_load.h"
 #include "client/npy.h"
 #include "client/security_flags.h"
@@ -128,6 +129,17 @@ ABSL_FLAG(std::string, compute_metric, "conv1d_compute_seconds",
 ABSL_FLAG(std::string, requests_metric, "conv1d_requests_total", "Counter of server requests.");
 ABSL_FLAG(std::string, requests_filter, "",
           "Count only --requests_metric samples whose labels contain this, e.g. method=\"Forward\".");
+ABSL_FLAG(std::string, protocol, "",
+          "Compare protocols: a comma list of v1 (conv1d.v1) and oip (the inference "
+          "protocol's ModelInfer), each run in turn against the same server; with "
+          "--memory, every combination. --preset may then be a comma list too (each preset "
+          "measured on its own). --csv rows: protocol,memory,workload,concurrency,"
+          "throughput_rps,p50_us,p99_us,requests,errors,verified,wrong,gbps. Default v1.");
+ABSL_FLAG(std::string, memory, "",
+          "Where request tensors travel, a comma list: grpc (bytes in the messages, default) "
+          "or system (inputs and outputs in a POSIX shared-memory region registered with "
+          "SystemSharedMemoryRegister, messages carrying references; fwd workloads, "
+          "--concurrency only).");
 ABSL_FLAG(std::string, mode, "",
           "Session workloads instead of requests: 'session' (one Decode stream per chain, "
           "x only on the wire), 'unary-decode-fwd' (a Forward per step with "
@@ -229,13 +241,14 @@ absl::Status ReadInputs(LoadOptions* o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<WorkloadSpec>> Workloads() {
+// `preset` replaces --preset's value (a protocol comparison runs a list).
+absl::StatusOr<std::vector<WorkloadSpec>> Workloads(const std::string& preset) {
   WorkloadSpec spec;
   auto apply = [&](const char* key, const std::string& v) -> absl::Status {
     return v.empty() ? absl::OkStatus() : ApplyWorkloadKey(key, v, &spec);
   };
   const std::pair<const char*, std::string> flags[] = {
-      {"preset", absl::GetFlag(FLAGS_preset)},
+      {"preset", preset},
       {"op", absl::GetFlag(FLAGS_op)},
       {"shape", absl::GetFlag(FLAGS_shape)},
       {"dtype", absl::GetFlag(FLAGS_dtype)},
@@ -307,7 +320,12 @@ absl::Status CheckNumericFlags() {
 int Main() {
   if (absl::Status s = CheckNumericFlags(); !s.ok()) return UsageError(s.message());
   LoadOptions o;
-  absl::StatusOr<std::vector<WorkloadSpec>> w = Workloads();
+  const bool compare =
+      !absl::GetFlag(FLAGS_protocol).empty() || !absl::GetFlag(FLAGS_memory).empty();
+  const std::vector<std::string> presets =
+      compare ? absl::StrSplit(absl::GetFlag(FLAGS_preset), ',')
+              : std::vector<std::string>{absl::GetFlag(FLAGS_preset)};
+  absl::StatusOr<std::vector<WorkloadSpec>> w = Workloads(presets.front());
   if (!w.ok()) return UsageError(w.status().message());
   o.workloads = *std::move(w);
   const std::string conc = absl::GetFlag(FLAGS_concurrency), rate = absl::GetFlag(FLAGS_rate);
@@ -431,6 +449,30 @@ int Main() {
       return 1;
     }
     return 0;
+  }
+  if (compare) {
+    if (!absl::GetFlag(FLAGS_mode).empty() || o.search) {
+      return UsageError("--protocol/--memory do not combine with --mode or --search");
+    }
+    std::vector<LabeledWorkloads> sets;
+    for (const std::string& preset : presets) {
+      absl::StatusOr<std::vector<WorkloadSpec>> ws = Workloads(preset);
+      if (!ws.ok()) return UsageError(ws.status().message());
+      sets.push_back({preset.empty() ? ws->front().Describe() : preset, *std::move(ws)});
+    }
+    auto list = [](const std::string& v, const char* dflt) -> std::vector<std::string> {
+      if (v.empty()) return {dflt};
+      return absl::StrSplit(v, ',', absl::SkipEmpty());
+    };
+    absl::StatusOr<std::vector<ProtocolRun>> runs =
+        RunProtocolMatrix(o, sets, list(absl::GetFlag(FLAGS_protocol), "v1"),
+                          list(absl::GetFlag(FLAGS_memory), "grpc"), client->get());
+    if (!runs.ok()) {
+      return absl::IsInvalidArgument(runs.status()) ? UsageError(runs.status().message())
+                                                    : Fail(runs.status());
+    }
+    return FinishProtocolRuns(*runs, absl::GetFlag(FLAGS_csv), absl::GetFlag(FLAGS_json),
+                              absl::GetFlag(FLAGS_allow_errors));
   }
   absl::StatusOr<std::unique_ptr<LoadRunner>> runner = LoadRunner::Create(o, client->get());
   if (!runner.ok()) return UsageError(runner.status().message());

@@ -106,7 +106,9 @@ void FillModelMetadata(const OipModel& model, inference::ModelMetadataResponse* 
 }
 
 void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay_us,
-                     bool all_required, inference::ModelConfig* out) {
+                     bool all_required, const OipSequenceConfig& sequences,
+                     inference::ModelConfig* out) {
+  const bool sequence_model = sequences.served && model.op == Op::kUpdate;
   out->set_name(model.name);
   out->set_platform(kOipPlatform);
   out->set_backend(kOipPlatform);
@@ -118,7 +120,8 @@ void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay
     in->set_name(RoleName(r));
     in->set_data_type(inference::TYPE_FP32);
     for (int i = 0; i < RankOf(r); ++i) in->add_dims(-1);
-    in->set_optional(!all_required && !IsRequiredInput(model.op, r));
+    in->set_optional(!all_required && (!IsRequiredInput(model.op, r) ||
+                                       (sequence_model && r == Role::kConvState)));
   }
   for (Role r : model.outputs) {
     inference::ModelOutput* o = out->add_output();
@@ -131,8 +134,17 @@ void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay
   group->set_count(1);
   group->set_kind(on_gpu ? inference::ModelInstanceGroup::KIND_GPU
                          : inference::ModelInstanceGroup::KIND_CPU);
-  out->mutable_dynamic_batching()->set_max_queue_delay_microseconds(
-      static_cast<uint64_t>(max_queue_delay_us > 0 ? max_queue_delay_us : 0));
+  const uint64_t delay_us = static_cast<uint64_t>(max_queue_delay_us > 0 ? max_queue_delay_us : 0);
+  if (sequence_model) {
+    inference::ModelSequenceBatching* seq = out->mutable_sequence_batching();
+    seq->set_max_sequence_idle_microseconds(
+        static_cast<uint64_t>(sequences.idle_timeout_s) * 1000000u);
+    seq->mutable_oldest()->set_max_candidate_sequences(
+        static_cast<int32_t>(sequences.max_sequences));
+    seq->mutable_oldest()->set_max_queue_delay_microseconds(delay_us);
+  } else {
+    out->mutable_dynamic_batching()->set_max_queue_delay_microseconds(delay_us);
+  }
   (*out->mutable_parameters())["datatypes"].set_string_value("FP32,FP16,BF16");
   (*out->mutable_parameters())["activation"].set_string_value("none,silu");
   (*out->mutable_parameters())["layout"].set_string_value("channel_first,channel_last");

@@ -31,6 +31,13 @@ inline constexpr char kParamActivation[] = "activation";      // "none" | "silu"
 inline constexpr char kParamLayout[] = "layout";  // "channel_first" | "channel_last"
 inline constexpr char kParamWeightsName[] = "weights_name";   // a registered set
 inline constexpr char kParamGradWeightFp32[] = "grad_weight_fp32";  // backward, bool
+// Sequences (conv1d_update only; docs/triton.md, "Sequences").
+inline constexpr char kParamSequenceId[] = "sequence_id";        // int64 or string
+inline constexpr char kParamSequenceStart[] = "sequence_start";  // bool
+inline constexpr char kParamSequenceEnd[] = "sequence_end";      // bool
+inline constexpr char kParamStateLen[] = "state_len";            // int, at the start
+inline constexpr char kParamMaxDraftTokens[] = "max_draft_tokens";  // int, at the start
+inline constexpr char kParamAcceptedTokens[] = "accepted_tokens";   // int, commit
 // Per-tensor parameters naming a registered system shared-memory region.
 inline constexpr char kParamShmRegion[] = "shared_memory_region";
 inline constexpr char kParamShmOffset[] = "shared_memory_offset";
@@ -66,10 +73,20 @@ const char* OipDTypeName(DType dtype);
 bool ParseOipDType(absl::string_view name, DType* dtype);
 
 void FillModelMetadata(const OipModel& model, inference::ModelMetadataResponse* out);
+// How the server serves sequences (conv1d_update's sequence_batching).
+struct OipSequenceConfig {
+  bool served = false;         // the backend has decode sessions
+  int64_t idle_timeout_s = 0;  // a sequence idle this long ends; 0: never
+  int64_t max_sequences = 0;   // session slots
+};
+
 // `on_gpu`: the backend runs on GPUs (instance kind GPU, else CPU).
-// `all_required`: no input is marked optional.
+// `all_required`: no input is marked optional. With sequences served,
+// conv1d_update reports sequence_batching (and conv_state optional: a
+// sequence's start may omit it) instead of dynamic_batching.
 void FillModelConfig(const OipModel& model, bool on_gpu, int64_t max_queue_delay_us,
-                     bool all_required, inference::ModelConfig* out);
+                     bool all_required, const OipSequenceConfig& sequences,
+                     inference::ModelConfig* out);
 
 }  // namespace conv1d
 

@@ -21,11 +21,83 @@ bool IsIgnoredParameter(absl::string_view name) {
   return name == "priority" || name == "timeout" || absl::StartsWith(name, "triton_");
 }
 
+}  // namespace
+
 bool IsSequenceParameter(absl::string_view name) {
-  return name == "sequence_id" || name == "sequence_start" || name == "sequence_end";
+  return name == kParamSequenceId || name == kParamSequenceStart ||
+         name == kParamSequenceEnd || name == kParamStateLen ||
+         name == kParamMaxDraftTokens || name == kParamAcceptedTokens;
 }
 
-}  // namespace
+bool HasSequenceParameters(const inference::ModelInferRequest& request) {
+  for (const auto& [name, value] : request.parameters()) {
+    if (IsSequenceParameter(name)) return true;
+  }
+  return false;
+}
+
+absl::Status ParseSequenceParams(const inference::ModelInferRequest& request, Op op,
+                                 OipSequenceParams* out) {
+  *out = OipSequenceParams();
+  const OipParams& params = request.parameters();
+  // sequence_id, else the first sequence parameter by name: a stable name
+  // for the error.
+  std::string first;
+  for (const auto& [name, value] : params) {
+    if (IsSequenceParameter(name) && (first.empty() || name < first)) first = name;
+  }
+  if (params.contains(kParamSequenceId)) first = kParamSequenceId;
+  if (first.empty()) return absl::OkStatus();
+  if (op != Op::kUpdate) {
+    return InvalidArgumentError(StrCat(
+        "parameter '", first, "': sequences are served by model conv1d_update only (a "
+        "sequence is a decode session); this request is for model ", request.model_name()));
+  }
+  auto id = params.find(kParamSequenceId);
+  if (id == params.end()) {
+    return InvalidArgumentError(StrCat("parameter '", first, "' needs parameter '",
+                                       kParamSequenceId, "' (the sequence it belongs to)"));
+  }
+  const std::string what = StrCat("parameter '", kParamSequenceId, "'");
+  if (id->second.parameter_choice_case() == inference::InferParameter::kStringParam) {
+    if (id->second.string_param().empty()) {
+      return InvalidArgumentError(StrCat(what, " is empty; a sequence needs an id"));
+    }
+    out->key = StrCat("s", id->second.string_param());
+    out->display = StrCat("\"", id->second.string_param(), "\"");
+  } else {
+    absl::StatusOr<int64_t> v = IntParam(id->second, what);
+    if (!v.ok()) {
+      return InvalidArgumentError(StrCat(what, " must be an integer or a string"));
+    }
+    if (*v == 0) return InvalidArgumentError(StrCat(what, " is 0; a sequence needs a nonzero id"));
+    out->key = StrCat("i", *v);
+    out->display = StrCat(*v);
+  }
+  out->present = true;
+  for (const auto& [name, value] : params) {
+    const std::string pwhat = StrCat("parameter '", name, "'");
+    if (name == kParamSequenceStart || name == kParamSequenceEnd) {
+      absl::StatusOr<bool> v = BoolParam(value, pwhat);
+      if (!v.ok()) return v.status();
+      (name == kParamSequenceStart ? out->start : out->end) = *v;
+    } else if (name == kParamStateLen || name == kParamMaxDraftTokens ||
+               name == kParamAcceptedTokens) {
+      absl::StatusOr<int64_t> v = IntParam(value, pwhat);
+      if (!v.ok()) return v.status();
+      if (*v < 0) return InvalidArgumentError(StrCat(pwhat, " is ", *v, ", expected >= 0"));
+      if (name == kParamStateLen) out->state_len = *v;
+      if (name == kParamMaxDraftTokens) out->max_draft_tokens = *v;
+      if (name == kParamAcceptedTokens) out->accepted_tokens = *v;
+    }
+  }
+  if (out->start && out->accepted_tokens >= 0) {
+    return InvalidArgumentError(StrCat("parameter '", kParamAcceptedTokens,
+                                       "': a sequence's first request has no earlier step "
+                                       "to commit"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> StringParam(const inference::InferParameter& p,
                                         absl::string_view what) {
@@ -99,11 +171,7 @@ absl::Status ApplyParameters(const inference::ModelInferRequest& request, Op op,
   for (const auto& [name, value] : request.parameters()) {
     const std::string what = StrCat("parameter '", name, "'");
     if (IsIgnoredParameter(name)) continue;
-    if (IsSequenceParameter(name)) {
-      return absl::UnimplementedError(StrCat(
-          what, ": sequences are not served by the inference protocol frontend; carry the "
-                "decode state in conv_state with model conv1d_update"));
-    }
+    if (IsSequenceParameter(name)) continue;  // ParseSequenceParams reads them
     if (name == kParamActivation) {
       absl::StatusOr<std::string> v = StringParam(value, what);
       if (!v.ok()) return v.status();
@@ -138,7 +206,10 @@ absl::Status ApplyParameters(const inference::ModelInferRequest& request, Op op,
     } else {
       return InvalidArgumentError(StrCat(
           what, " is not known; expected activation, layout, weights_name",
-          op == Op::kBackward ? ", grad_weight_fp32" : ""));
+          op == Op::kBackward ? ", grad_weight_fp32" : "",
+          op == Op::kUpdate ? ", or the sequence parameters sequence_id, sequence_start, "
+                              "sequence_end, state_len, max_draft_tokens, accepted_tokens"
+                            : ""));
     }
   }
   switch (op) {

@@ -16,16 +16,6 @@ namespace {
 using ::absl::InvalidArgumentError;
 using ::absl::StrCat;
 
-// Validation names conv1d.v1 fields; here the same tensors are inputs.
-absl::Status InOipTerms(const absl::Status& s) {
-  if (s.ok()) return s;
-  std::string message = absl::StrReplaceAll(
-      s.message(), {{"inline_weights.weight", "weight"},
-                    {"inline_weights.bias", "bias"},
-                    {".data has", " has"}});
-  return absl::Status(s.code(), message);
-}
-
 template <typename Request>
 v1::Tensor* TensorOf(Request* r, Role role) {
   switch (role) {
@@ -126,9 +116,10 @@ absl::Status BindInput(const inference::ModelInferRequest& request, const RawBuf
 
 template <typename Request>
 absl::Status TranslateInputs(const inference::ModelInferRequest& request,
-                             const RawBuffers* raw_in, const OipModel& model, const SharedMemoryRegistry* shm,
+                             const RawBuffers* raw_in, const OipModel& model,
+                             const SharedMemoryRegistry* shm,
                              const std::string& weights_name, bool require_all,
-                             Request* message, DetachedTensors* detached,
+                             OipInputRule rule, Request* message, DetachedTensors* detached,
                              std::vector<std::shared_ptr<void>>* leases) {
   if (request.raw_input_contents_size() > 0 &&
       request.raw_input_contents_size() != request.inputs_size()) {
@@ -149,21 +140,30 @@ absl::Status TranslateInputs(const inference::ModelInferRequest& request,
                                          model.name, " (inputs: ", RoleList(model.inputs),
                                          ")"));
     }
+    if (rule == OipInputRule::kSequenceStep && *role != Role::kX) {
+      return InvalidArgumentError(StrCat(
+          "input '", name, "': a sequence's later requests carry x only (the sequence keeps "
+          "the weights, bias and state of its start)"));
+    }
     if (seen.has(*role)) return InvalidArgumentError(StrCat("input '", name, "' is given twice"));
     seen = seen.with(*role);
     absl::Status s = BindInput(request, raw_in, i, *role, shm, message, detached, leases);
     if (!s.ok()) return s;
   }
+  const bool sequence = rule != OipInputRule::kStateless;
   for (Role r : model.inputs) {
-    if ((require_all || IsRequiredInput(model.op, r)) && !seen.has(r)) {
+    const bool required =
+        sequence ? r == Role::kX : require_all || IsRequiredInput(model.op, r);
+    if (required && !seen.has(r)) {
       return InvalidArgumentError(StrCat(
           "input '", RoleName(r), "' is missing (model ", model.name, " needs it",
-          require_all && !IsRequiredInput(model.op, r)
+          !sequence && require_all && !IsRequiredInput(model.op, r)
               ? "; this server requires every input (--oip_require_all_inputs)"
               : "",
           ")"));
     }
   }
+  if (rule == OipInputRule::kSequenceStep) return absl::OkStatus();
   if (!weights_name.empty()) {
     if (seen.has(Role::kWeight) || seen.has(Role::kBias)) {
       return InvalidArgumentError(StrCat(
@@ -212,7 +212,77 @@ absl::Status RequestedOutputs(const inference::ModelInferRequest& request,
   return absl::OkStatus();
 }
 
+// The outputs' storage once call->valid is known: the defaults when the
+// request listed none, the computed but unrequested ones, and the regions of
+// those in shared memory (refs: one per requested output).
+absl::Status FinishOutputs(const OipModel& model, const SharedMemoryRegistry* shm,
+                           std::vector<ShmRef> refs, OipInferCall* call) {
+  auto requested = [&](Role r) {
+    for (const OipOutput& o : call->outputs) {
+      if (o.role == r) return true;
+    }
+    return false;
+  };
+  const bool has_bias = call->valid.key.has_bias;
+  if (call->outputs.empty()) {
+    for (Role r : model.outputs) {
+      if (!IsDefaultOutput(r, has_bias)) continue;
+      OipOutput o;
+      o.role = r;
+      o.returned = true;
+      call->outputs.push_back(o);
+      refs.emplace_back();
+    }
+  }
+  // Outputs the op writes whether asked for or not.
+  for (Role r : model.outputs) {
+    const OutputView* view = &call->valid.segment.output(r);
+    if (view->bytes == 0 || requested(r)) continue;
+    OipOutput o;
+    o.role = r;
+    call->outputs.push_back(o);
+    refs.emplace_back();
+  }
+  for (size_t i = 0; i < call->outputs.size(); ++i) {
+    OipOutput& o = call->outputs[i];
+    const std::string what = StrCat("output '", RoleName(o.role), "'");
+    const OutputView* view = &call->valid.segment.output(o.role);
+    if (o.role == Role::kDbias && !has_bias) {
+      return InvalidArgumentError(
+          StrCat(what, " exists only for weights with a bias (input 'bias')"));
+    }
+    o.empty_state = view->bytes == 0;
+    if (!refs[i].present) continue;
+    if (shm == nullptr) {
+      return absl::FailedPreconditionError(
+          StrCat(what, ": this server has no shared-memory regions"));
+    }
+    absl::StatusOr<SharedSpan> span =
+        shm->Resolve(refs[i].region, refs[i].offset, refs[i].byte_size, what);
+    if (!span.ok()) return span.status();
+    if (span->bytes < view->bytes) {
+      return InvalidArgumentError(StrCat(what, ": ", kParamShmByteSize, " is ", span->bytes,
+                                         ", less than the output's ", view->bytes,
+                                         " bytes"));
+    }
+    o.shared = true;
+    call->leases.push_back(std::move(span->lease));
+    o.span = *std::move(span);
+    o.region = refs[i].region;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status InOipTerms(const absl::Status& s) {
+  if (s.ok()) return s;
+  std::string message = absl::StrReplaceAll(
+      s.message(), {{"inline_weights.weight", "weight"},
+                    {"inline_weights.bias", "bias"},
+                    {".data has", " has"}});
+  return absl::Status(s.code(), message);
+}
 
 const google::protobuf::Message* TranslatedRequest(const OipInferCall* call) {
   if (call == nullptr || call->model == nullptr) return nullptr;
@@ -257,75 +327,60 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   switch (model->op) {
     case Op::kForward:
       s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
-                          &call->forward, &call->inputs, &call->leases);
+                          OipInputRule::kStateless, &call->forward, &call->inputs,
+                          &call->leases);
       if (!s.ok()) return s;
       call->forward.set_return_final_states(requested(Role::kFinalStates));
       s = ValidateForward(call->forward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kBackward:
       s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
-                          &call->backward, &call->inputs, &call->leases);
+                          OipInputRule::kStateless, &call->backward, &call->inputs,
+                          &call->leases);
       if (!s.ok()) return s;
       call->backward.set_return_dinitial_states(requested(Role::kDinitialStates));
       s = ValidateBackward(call->backward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kUpdate:
       s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
-                          &call->update, &call->inputs, &call->leases);
+                          OipInputRule::kStateless, &call->update, &call->inputs,
+                          &call->leases);
       if (!s.ok()) return s;
       s = ValidateUpdate(call->update, registry, limits, &call->valid, &call->inputs);
       break;
   }
   if (!s.ok()) return InOipTerms(s);
+  return FinishOutputs(*model, shm, std::move(refs), call);
+}
 
-  const bool has_bias = call->valid.key.has_bias;
-  if (call->outputs.empty()) {
-    for (Role r : model->outputs) {
-      if (!IsDefaultOutput(r, has_bias)) continue;
-      OipOutput o;
-      o.role = r;
-      o.returned = true;
-      call->outputs.push_back(o);
-      refs.emplace_back();
-    }
+absl::Status TranslateOipSequenceInputs(const inference::ModelInferRequest& request,
+                                        const RawBuffers* raw,
+                                        const SharedMemoryRegistry* shm,
+                                        const std::string& weights_name, OipInputRule rule,
+                                        OipInferCall* call) {
+  call->model = FindOipModel(request.model_name());
+  if (call->model == nullptr || call->model->op != Op::kUpdate) {
+    return InvalidArgumentError(StrCat("model '", request.model_name(),
+                                       "' serves no sequences (model conv1d_update does)"));
   }
-  // Outputs the op writes whether asked for or not.
-  for (Role r : model->outputs) {
-    const OutputView* view = &call->valid.segment.output(r);
-    if (view->bytes == 0 || requested(r)) continue;
-    OipOutput o;
-    o.role = r;
-    call->outputs.push_back(o);
+  return TranslateInputs(request, raw, *call->model, shm, weights_name, false, rule,
+                         &call->update, &call->inputs, &call->leases);
+}
+
+absl::Status PrepareOipSequenceOutputs(const inference::ModelInferRequest& request,
+                                       const SharedMemoryRegistry* shm,
+                                       OipInferCall* call) {
+  std::vector<ShmRef> refs;
+  absl::Status s = RequestedOutputs(request, *call->model, &call->outputs, &refs);
+  if (!s.ok()) return s;
+  if (call->outputs.empty()) {
+    OipOutput y;
+    y.role = Role::kY;
+    y.returned = true;
+    call->outputs.push_back(y);
     refs.emplace_back();
   }
-  for (size_t i = 0; i < call->outputs.size(); ++i) {
-    OipOutput& o = call->outputs[i];
-    const std::string what = StrCat("output '", RoleName(o.role), "'");
-    const OutputView* view = &call->valid.segment.output(o.role);
-    if (o.role == Role::kDbias && !has_bias) {
-      return InvalidArgumentError(
-          StrCat(what, " exists only for weights with a bias (input 'bias')"));
-    }
-    o.empty_state = view->bytes == 0;
-    if (!refs[i].present) continue;
-    if (shm == nullptr) {
-      return absl::FailedPreconditionError(
-          StrCat(what, ": this server has no shared-memory regions"));
-    }
-    absl::StatusOr<SharedSpan> span =
-        shm->Resolve(refs[i].region, refs[i].offset, refs[i].byte_size, what);
-    if (!span.ok()) return span.status();
-    if (span->bytes < view->bytes) {
-      return InvalidArgumentError(StrCat(what, ": ", kParamShmByteSize, " is ", span->bytes,
-                                         ", less than the output's ", view->bytes,
-                                         " bytes"));
-    }
-    o.shared = true;
-    call->leases.push_back(std::move(span->lease));
-    o.span = *std::move(span);
-    o.region = refs[i].region;
-  }
-  return absl::OkStatus();
+  return FinishOutputs(*call->model, shm, std::move(refs), call);
 }
 
 void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* call,

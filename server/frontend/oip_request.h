@@ -20,8 +20,9 @@
 // for go to scratch memory owned by the call.
 //
 // Errors are INVALID_ARGUMENT naming the input, output or parameter (NOT_FOUND
-// for an unknown model or weight set or an unregistered region;
-// UNIMPLEMENTED for sequence parameters, which this frontend does not map).
+// for an unknown model or weight set or an unregistered region). Requests
+// with sequence parameters go to oip_sequences.h, which uses the
+// translation pieces below.
 //
 // Used by OipService. Not synchronized: an OipInferCall belongs to one call.
 #ifndef CONV1D_SERVER_FRONTEND_OIP_REQUEST_H_
@@ -81,6 +82,28 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
                              const ValidationLimits& limits, bool require_all_inputs,
                              OipInferCall* call);
 
+// Which inputs a translation takes: a stateless request's (every required
+// input of the model), a sequence's first request's (x required; weights,
+// bias, conv_state optional: oip_sequences.h), or a later request of a
+// sequence (x only).
+enum class OipInputRule { kStateless, kSequenceStart, kSequenceStep };
+
+// For oip_sequences.h: the inputs of a conv1d_update request with sequence
+// parameters into call->update and call->inputs (model set; not validated
+// as an update), per `rule`; `weights_name` as ApplyParameters returned it.
+absl::Status TranslateOipSequenceInputs(const inference::ModelInferRequest& request,
+                                        const RawBuffers* raw,
+                                        const SharedMemoryRegistry* shm,
+                                        const std::string& weights_name, OipInputRule rule,
+                                        OipInferCall* call);
+// The outputs of a sequence's request: y (the default), and conv_state_out
+// when requested, in the response or a region. REQUIRES: call->valid.key
+// and the segment's y and conv_state_out outputs (dtype, shape, bytes; the
+// latter empty unless requested) set.
+absl::Status PrepareOipSequenceOutputs(const inference::ModelInferRequest& request,
+                                       const SharedMemoryRegistry* shm,
+                                       OipInferCall* call);
+
 // Where BindOipOutputs puts returned outputs of at least `min_bytes` (>= 0;
 // < 0: none): in memory from `allocate`, recorded in `raw` by
 // raw_output_contents index, for SerializeInferResponse.
@@ -97,6 +120,11 @@ struct OipOutputBuffers {
 void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* call,
                     inference::ModelInferResponse* response,
                     const OipOutputBuffers* buffers = nullptr);
+
+// A validation error of the conv1d.v1 request (or session) in the
+// protocol's terms: the same tensors are inputs here ("weight", not
+// "inline_weights.weight").
+absl::Status InOipTerms(const absl::Status& s);
 
 // The conv1d.v1 request `call` was translated into (for log lines); null
 // before the model is known.

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/frontend/oip_params.h"
 #include "server/frontend/oip_wire.h"
 #include "server/frontend/status_mapping.h"
 
@@ -36,13 +37,15 @@ absl::StatusOr<const OipModel*> LookupModel(absl::string_view name,
 
 OipService::OipService(OipServiceOptions options, RequestSubmitter* submitter,
                        WeightRegistry* registry, SharedMemoryRegistry* shm,
-                       BackendInfo backend, Observer* observer)
+                       BackendInfo backend, Observer* observer, SessionManager* sessions)
     : options_(std::move(options)),
       submitter_(submitter),
       registry_(registry),
       shm_(shm),
       backend_(std::move(backend)),
-      observer_(observer) {}
+      observer_(observer),
+      sessions_(sessions),
+      sequences_(sessions, submitter, registry, shm) {}
 
 OipService::~OipService() = default;
 
@@ -116,6 +119,27 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
                             std::shared_ptr<const void> request_owner,
                             std::shared_ptr<OipInferCall>* call_out, InferDone done) {
   const absl::Time start = absl::Now();
+  if (HasSequenceParameters(*request)) {
+    OipSequences::Request in;
+    in.request = request;
+    in.response = response;
+    in.raw_in = raw_in;
+    in.request_owner = std::move(request_owner);
+    in.principal = principal;
+    in.deadline = DeadlineOf(*context);
+    in.cancelled = [context] { return context->IsCancelled(); };
+    sequences_.Infer(std::move(in), call_out,
+                     [this, start, done = std::move(done)](
+                         const absl::Status& s, int64_t batch,
+                         const TaskTimings& t) mutable {
+                       if (batch == 0 && (absl::IsInvalidArgument(s) || absl::IsNotFound(s))) {
+                         observer_->OnRejected(RejectReason::kInvalid);
+                       }
+                       Record(FindOipModel("conv1d_update"), batch, s, absl::Now() - start, t);
+                       done(s);
+                     });
+    return;
+  }
   auto call = std::make_shared<OipInferCall>();
   *call_out = call;
   absl::Status status =
@@ -297,9 +321,16 @@ grpc::ServerUnaryReactor* OipService::ModelConfig(Ctx* c,
                 [this](const inference::ModelConfigRequest& q, auto* r) {
                   absl::StatusOr<const OipModel*> model = LookupModel(q.name(), q.version());
                   if (!model.ok()) return model.status();
+                  OipSequenceConfig sequences;
+                  if (sessions_ != nullptr) {
+                    sequences.served = true;
+                    sequences.idle_timeout_s = sessions_->options().idle_timeout_s;
+                    sequences.max_sequences = sessions_->slots()->num_slots();
+                  }
                   FillModelConfig(**model, backend_.name == "gpu",
                                   options_.max_queue_delay_us,
-                                  options_.require_all_inputs, r->mutable_config());
+                                  options_.require_all_inputs, sequences,
+                                  r->mutable_config());
                   return absl::OkStatus();
                 });
 }

@@ -18,8 +18,9 @@
 // is not served: CudaSharedMemoryRegister answers UNIMPLEMENTED, Status lists
 // no regions, Unregister of a name answers NOT_FOUND.
 //
-// Sequence parameters (sequence_id, sequence_start, sequence_end) answer
-// UNIMPLEMENTED; decode state travels in conv_state (conv1d_update).
+// Sequences: requests of conv1d_update with sequence parameters
+// (sequence_id, sequence_start, sequence_end, ...) step decode sessions
+// (oip_sequences.h); without them, decode state travels in conv_state.
 //
 // Errors go through status_mapping.h; every RPC reports to the observer
 // (method names as in the protocol, e.g. "ModelInfer") and writes the access
@@ -54,6 +55,7 @@
 #include "server/core/weight_registry.h"
 #include "server/frontend/auth.h"
 #include "server/frontend/oip_request.h"
+#include "server/frontend/oip_sequences.h"
 #include "server/frontend/request_log.h"
 #include "server/frontend/request_submit.h"
 #include "server/logging/access_log.h"
@@ -90,10 +92,12 @@ using OipServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_Mo
 
 class OipService final : public OipServiceBase {
  public:
-  // REQUIRES: every pointer non-null and outliving the service.
+  // REQUIRES: every pointer non-null and outliving the service, except
+  // `sessions`: null when the backend serves no decode sessions (sequence
+  // requests then answer UNIMPLEMENTED).
   OipService(OipServiceOptions options, RequestSubmitter* submitter,
              WeightRegistry* registry, SharedMemoryRegistry* shm, BackendInfo backend,
-             Observer* observer);
+             Observer* observer, SessionManager* sessions = nullptr);
   ~OipService() override;
 
   using Ctx = grpc::CallbackServerContext;
@@ -198,6 +202,8 @@ class OipService final : public OipServiceBase {
   SharedMemoryRegistry* const shm_;
   const BackendInfo backend_;
   Observer* const observer_;
+  SessionManager* const sessions_;  // may be null
+  OipSequences sequences_;
   std::array<ModelStats, 3> stats_;
   RequestIds request_ids_;
 };

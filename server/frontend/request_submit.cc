@@ -53,4 +53,15 @@ absl::Status RequestSubmitter::Submit(ValidatedCall* call,
   return scheduler_->Submit(&task);
 }
 
+absl::Status RequestSubmitter::SubmitTask(std::unique_ptr<Task>* task) {
+  absl::Status status = CheckServable(backend_, (*task)->key, (*task)->segment);
+  if (!status.ok()) {
+    observer_->OnRejected(absl::IsInvalidArgument(status) ? RejectReason::kInvalid
+                                                          : RejectReason::kTooLarge);
+    return status;
+  }
+  (*task)->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
+  return scheduler_->Submit(task);
+}
+
 }  // namespace conv1d

@@ -65,6 +65,12 @@ class RequestSubmitter {
                       absl::Time deadline, std::function<bool()> cancelled,
                       OnDone on_done);
 
+  // A task built by the caller (a decode session's step, key and segment
+  // from SessionManager::BeginStep): the backend's limits, a task id, then
+  // the scheduler. On an error the task (with its on_done, not run) is
+  // still the caller's in *task.
+  absl::Status SubmitTask(std::unique_ptr<Task>* task);
+
  private:
   const ValidationLimits limits_;
   const BackendLimits backend_;

@@ -222,7 +222,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
           : -1;
   server->oip_service_ = std::make_unique<OipService>(
       std::move(oip_options), server->submitter_.get(), server->registry_.get(),
-      server->shm_registry_.get(), backend_info, server->observer_);
+      server->shm_registry_.get(), backend_info, server->observer_,
+      server->session_manager_.get());
 
   // Both are process-wide switches read by the next BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);

@@ -34,9 +34,10 @@ def free_port():
 
 class Server:
     """conv1d_server (CPU backend) on a free port, ready on entry, with
-    `args` and those in $OIP_SERVER_ARGS (space-separated)."""
+    `args` and those in $OIP_SERVER_ARGS (space-separated); `headers` go
+    with the readiness calls (a bearer token when the server wants one)."""
 
-    def __init__(self, binary, *args):
+    def __init__(self, binary, *args, headers=None):
         args = (*args, *os.environ.get("OIP_SERVER_ARGS", "").split())
         import tritonclient.grpc as grpcclient
         self.port = free_port()
@@ -50,7 +51,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
             try:
-                if client.is_server_ready():
+                if client.is_server_ready(headers=headers):
                     break
             except Exception:  # not listening yet
                 pass

@@ -4,7 +4,10 @@ concurrency 1..8, once with tensors in the gRPC messages and once with
 --shared-memory=system, and its reports are checked: a row per concurrency
 with positive throughput and latencies, server-side statistics, and (from
 the access log) request messages that carry tensor bytes only in the first
-run.
+run. A third run drives conv1d_update as the sequence model it reports
+(--sequence-length: every sequence a decode session stepped token by token)
+and checks, from the server's metrics, that the sequences opened sessions
+and closed them.
 
 usage: perf_analyzer_test.py CONV1D_SERVER PERF_ANALYZER
 exit 77 (skipped) when PERF_ANALYZER is missing or cannot run here
@@ -27,8 +30,8 @@ X_BYTES = B * D * L * 4
 CONCURRENCY = range(1, 9)
 
 
-def run_pa(pa, url, data, report, *extra):
-    cmd = [pa, "-m", "conv1d_forward", "-i", "grpc", "-u", url, "--input-data", data,
+def run_pa(pa, url, data, report, *extra, model="conv1d_forward"):
+    cmd = [pa, "-m", model, "-i", "grpc", "-u", url, "--input-data", data,
            f"--concurrency-range={CONCURRENCY.start}:{CONCURRENCY.stop - 1}:1",
            "--measurement-interval=300", "--stability-percentage=80", "--max-trials=10",
            "-f", report, *extra]
@@ -57,6 +60,44 @@ def check_report(report, stdout):
     if "Server:" not in stdout or not re.search(r"Execution count: [1-9]", stdout):
         raise AssertionError("no server-side statistics in the report")
     print("report rows:", [(r["Concurrency"], r["Inferences/Second"]) for r in rows])
+
+
+def metric(url, name):
+    """The sum of a metric's samples from the server's Prometheus text."""
+    import urllib.request
+    text = urllib.request.urlopen(f"http://{url}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
+
+
+def sequence_run(server, pa, tmp, rng):
+    """conv1d_update driven as a sequence model: x of one token per request,
+    the weights a registered set named by a request parameter."""
+    import tritonclient_test as tc
+    d, w = 64, 4
+    data = os.path.join(tmp, "seq.json")
+    with open(data, "w") as f:
+        json.dump({"data": [{"x": {"content": [rng.uniform(-1, 1) for _ in range(d)],
+                                   "shape": [1, d, 1]}}]}, f)
+    metrics = f"127.0.0.1:{oip_util.free_port()}"
+    with oip_util.Server(server, f"--metrics_listen={metrics}") as s:
+        import numpy as np
+        tc.register_weights(s.url, "seqw", np.ones((d, w)), np.zeros(d))
+        report = os.path.join(tmp, "seq.csv")
+        out = run_pa(pa, s.url, data, report, "--sequence-length=8",
+                     "--request-parameter=weights_name:seqw:string", model="conv1d_update")
+        check_report(report, out)
+        sequences = sum(int(n) for n in re.findall(r"Sequence count: (\d+)", out))
+        opened = metric(metrics, 'conv1d_sessions_total{event="opened"}')
+        still_open = metric(metrics, "conv1d_sessions_open")
+    print(f"sequences: {sequences} reported, {opened:.0f} sessions opened, "
+          f"{still_open:.0f} open at the end")
+    if sequences <= 0 or opened < sequences:
+        raise AssertionError("perf_analyzer's sequences did not open decode sessions")
+    # perf_analyzer ends the sequences it started; at most one per
+    # concurrent context may still be open when it stops measuring.
+    if still_open > CONCURRENCY.stop - 1:
+        raise AssertionError(f"{still_open} sessions left open")
 
 
 def infer_request_bytes(access_log):
@@ -124,6 +165,8 @@ def main():
         if not sizes or max(sizes) >= X_BYTES // 16:
             raise AssertionError(f"shared-memory run: requests of up to {max(sizes or [0])} "
                                  "bytes carry tensor data")
+
+        sequence_run(server, pa, tmp, rng)
     print("OK")
     return 0
 

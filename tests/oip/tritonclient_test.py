@@ -386,8 +386,8 @@ class BadInput(Fixture):
                           self.infer, good(), parameters={"activation": "relu"})
         self.expect_error("INVALID_ARGUMENT", ["parameter 'colour' is not known"],
                           self.infer, good(), parameters={"colour": "blue"})
-        self.expect_error("UNIMPLEMENTED", ["parameter 'sequence_", "conv_state"], self.infer, good(),
-                          sequence_id=7, sequence_start=True)
+        self.expect_error("INVALID_ARGUMENT", ["parameter 'sequence_id'", "conv1d_update only"],
+                          self.infer, good(), sequence_id=7, sequence_start=True)
         self.expect_error("INVALID_ARGUMENT", ["output 'z'", "y, final_states"],
                           self.infer, good(), outputs=[grpcclient.InferRequestedOutput("z")])
         self.expect_error("NOT_FOUND", ["model 'conv1d'"], self.infer, good(), model="conv1d")
