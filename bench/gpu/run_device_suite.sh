@@ -198,7 +198,7 @@ fi
 
 if want oip; then
 step "inference protocol against conv1d.v1, and shared memory"
-"$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50191 \
+"$bin/conv1d_server" --backend=${OIP_BACKEND:-gpu} --listen=127.0.0.1:50191 \
   --metrics_listen=127.0.0.1:50192 --log_level=warn >"$out/server-oip.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50191 >/dev/null 2>&1 && break; sleep 0.2; done
