@@ -83,6 +83,12 @@ using hipDeviceProp_t = cudaDeviceProp;
 #define hipHostMallocMapped cudaHostAllocMapped
 #define hipHostGetDevicePointer cudaHostGetDevicePointer
 #define hipHostFree cudaFreeHost
+// Device memory shared between processes (IPC handles).
+using hipIpcMemHandle_t = cudaIpcMemHandle_t;
+#define hipIpcGetMemHandle cudaIpcGetMemHandle
+#define hipIpcOpenMemHandle cudaIpcOpenMemHandle
+#define hipIpcCloseMemHandle cudaIpcCloseMemHandle
+#define hipIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 
 #if defined(__CUDACC__)
 template <class T>
