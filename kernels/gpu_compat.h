@@ -56,6 +56,7 @@ using hipDeviceProp_t = cudaDeviceProp;
 #define hipDeviceAttributeWarpSize cudaDevAttrWarpSize
 #define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
 #define hipGetDevice cudaGetDevice
+#define hipSetDevice cudaSetDevice
 #define hipGetDeviceCount cudaGetDeviceCount
 #define hipGetDeviceProperties cudaGetDeviceProperties
 #define hipDeviceGetAttribute cudaDeviceGetAttribute

@@ -82,6 +82,12 @@ absl::StatusOr<ImportedDeviceMemory> GpuDeviceMemoryImporter::Open(absl::string_
     return absl::InvalidArgumentError(absl::StrCat(
         "raw_handle has ", handle.size(), " bytes, expected ", sizeof(hipIpcMemHandle_t)));
   }
+  absl::MutexLock lock(&mu_);
+  auto key = std::make_pair(std::string(handle), device);
+  if (auto it = opened_.find(key); it != opened_.end()) {
+    ++it->second.regions;
+    return it->second.memory;
+  }
   hipIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof(h));
   void* address = nullptr;
@@ -97,20 +103,28 @@ absl::StatusOr<ImportedDeviceMemory> GpuDeviceMemoryImporter::Open(absl::string_
   err = AllocationRange(address, &base, &size);
   if (err != hipSuccess) {
     const std::string why = RuntimeMessage(err);
-    Close(address, device);
+    if (hipIpcCloseMemHandle(address) != hipSuccess) (void)hipGetLastError();
     return absl::FailedPreconditionError(
         absl::StrCat("cannot find the size of the opened allocation: ", why));
   }
-  ImportedDeviceMemory out;
-  out.address = address;
-  out.bytes = static_cast<int64_t>(static_cast<char*>(base) + size -
-                                   static_cast<char*>(address));
-  return out;
+  Opened& opened = opened_[std::move(key)];
+  opened.memory.address = address;
+  opened.memory.bytes =
+      static_cast<int64_t>(static_cast<char*>(base) + size - static_cast<char*>(address));
+  opened.regions = 1;
+  return opened.memory;
 }
 
 void GpuDeviceMemoryImporter::Close(void* address, int32_t device) {
-  if (hipSetDevice(device) != hipSuccess || hipIpcCloseMemHandle(address) != hipSuccess) {
-    (void)hipGetLastError();
+  absl::MutexLock lock(&mu_);
+  for (auto it = opened_.begin(); it != opened_.end(); ++it) {
+    if (it->first.second != device || it->second.memory.address != address) continue;
+    if (--it->second.regions > 0) return;
+    opened_.erase(it);
+    if (hipSetDevice(device) != hipSuccess || hipIpcCloseMemHandle(address) != hipSuccess) {
+      (void)hipGetLastError();
+    }
+    return;
   }
 }
 

@@ -17,8 +17,13 @@
 #define CONV1D_SERVER_BACKENDS_GPU_SHARED_REGIONS_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "server/core/memory_access.h"
 
 namespace conv1d::gpu {
@@ -57,10 +62,19 @@ class GpuDeviceMemoryImporter final : public DeviceMemoryImporter {
   // refuses the handle.
   absl::StatusOr<ImportedDeviceMemory> Open(absl::string_view handle,
                                             int32_t device) override;
+  // Closes the handle once the last region opened from it is closed.
   void Close(void* address, int32_t device) override;
 
  private:
+  struct Opened {
+    ImportedDeviceMemory memory;
+    int regions = 0;
+  };
   const std::vector<int> devices_;
+  // A handle opened on a device is opened once however many regions name
+  // it (the runtime may refuse a second open in one process).
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, int32_t>, Opened> opened_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace conv1d::gpu
