@@ -109,6 +109,10 @@ void Conv1dClient::AsyncCallEnded() {
   --async_calls_;
 }
 
+void Conv1dClient::PrepareStreamContext(grpc::ClientContext* ctx, absl::Time deadline) const {
+  PrepareContext(ctx, deadline, options_.wait_for_ready, authorization_);
+}
+
 Conv1dClient::Channel& Conv1dClient::NextChannel() {
   return channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
 }

@@ -149,6 +149,9 @@ class Conv1dClient {
   int num_channels() const { return static_cast<int>(channels_.size()); }
   // The stub of the next channel (round-robin), for streaming calls.
   v1::Conv1d::Stub* NextStub() { return NextChannel().stub.get(); }
+  // Readies a streaming call's context as the client's own calls are: the
+  // deadline (InfiniteFuture: none), wait-for-ready and the bearer token.
+  void PrepareStreamContext(grpc::ClientContext* ctx, absl::Time deadline) const;
   // One of the client's connections (round-robin), with its credentials, for
   // other services on the same server (e.g. server reflection).
   std::shared_ptr<grpc::Channel> channel() { return NextChannel().channel; }

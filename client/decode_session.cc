@@ -18,9 +18,9 @@ absl::StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Open(
     Conv1dClient& client, const v1::OpenSessionRequest& open, absl::Duration timeout) {
   std::unique_ptr<DecodeSession> s(new DecodeSession());
   s->ctx_ = std::make_unique<grpc::ClientContext>();
-  if (timeout != absl::InfiniteDuration()) {
-    s->ctx_->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
+  client.PrepareStreamContext(s->ctx_.get(), timeout == absl::InfiniteDuration()
+                                                 ? absl::InfiniteFuture()
+                                                 : absl::Now() + timeout);
   s->stream_ = client.NextStub()->Decode(s->ctx_.get());
   v1::DecodeRequest req;
   *req.mutable_open() = open;

@@ -5,6 +5,10 @@
 #   2. in-process runtime benchmark (fused vs unfused vs pinned copy ceiling)
 #   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
 #   4. soak: 2 minutes (SOAK_S seconds) at c=64, mixed shapes and ops, answers verified
+#   5. sessions (not in the default set): decode sessions against unary
+#      decode-fwd steps, c=1 and 64, every step verified, written to
+#      sessions-<device>-<date>.csv, with a per-thread CPU snapshot of the
+#      server and the load generator during the c=64 session run
 #   (STAGES, default "tests runtime e2e soak", picks a subset)
 # The end-to-end stage runs one server per entry of E2E_SERVERS (default
 # "gpu echo echo-strings"): a backend name, optionally with "-strings" for
@@ -113,8 +117,30 @@ awk -F'[ =]' '{ rss[NR] = $4; pool[NR] = $6 }
     exit (b > 1.1 * a || moved) }' "$out/soak_memory.txt" | tee "$out/soak_verdict.txt" || status=1
 fi
 
+if want sessions; then
+step "sessions against unary decode-fwd"
+"$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50171 \
+  --metrics_listen=127.0.0.1:50172 --log_level=warn >"$out/server-sessions.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50171 >/dev/null 2>&1 && break; sleep 0.2; done
+sess=(--target=127.0.0.1:50171 --shape=1x5120x1 --weights=registered --progress=false)
+"$bin/conv1d_load" "${sess[@]}" --mode=session,unary-decode-fwd --concurrency=1,64 \
+  --warmup_s=1 --duration_s=${SESSIONS_S:-4} --csv="$out/sessions-$device-$day.csv" \
+  2>&1 | tee "$out/sessions.log" || status=1
+# Where the CPU goes at c=64: threads of the server and of the generator
+# over 2 s in the middle of a 6 s session run.
+"$bin/conv1d_load" "${sess[@]}" --mode=session --concurrency=64 --warmup_s=1 --duration_s=6 \
+  >"$out/sessions-threads-load.log" 2>&1 &
+lp=$!
+sleep 4
+top -H -b -n 2 -d 2 -p "$pid,$lp" 2>&1 | awk '/^top -/ {n++} n == 2' | head -n 60 >"$out/sessions-threads.txt"
+wait $lp || status=1
+cat "$out/sessions-threads-load.log" >>"$out/sessions-threads.txt"
+kill -TERM $pid; wait $pid || status=1
+fi
+
 step "summary"
-for f in runtime_bench.log e2e_summary.txt soak_verdict.txt; do
+for f in runtime_bench.log e2e_summary.txt soak_verdict.txt sessions.log; do
   [[ -f $out/$f ]] && tail -n 12 "$out/$f"
 done
 echo "suite status: $status"

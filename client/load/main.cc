@@ -137,9 +137,14 @@ ABSL_FLAG(std::string, mode, "",
 ABSL_FLAG(int64_t, chain_steps, 0,
           "Session workloads: steps of a chain before it ends and a new one starts; 0 = one "
           "chain per thread for the whole step.");
+ABSL_FLAG(int64_t, chain_steps_min, 0,
+          "Session workloads: > 0 draws each chain's length from chain_steps_min..chain_steps.");
+ABSL_FLAG(int64_t, step_tokens_min, 0,
+          "Session workloads: > 0 draws each step's token count from step_tokens_min..S "
+          "(S from --shape); 0 = every step has S tokens.");
 ABSL_FLAG(bool, verify_steps, true,
-          "Session workloads: check every step against the same chain run by the local CPU "
-          "implementation; any difference fails the run.");
+          "Session workloads: check every step against a local float64 run of the same "
+          "chain; any difference fails the run.");
 ABSL_FLAG(bool, allow_errors, false, "Exit 0 even when requests failed (wrong answers still fail).");
 ABSL_FLAG(bool, progress, true, "Live progress line (only when stdout is a terminal).");
 
@@ -396,6 +401,8 @@ int Main() {
     so.warmup_s = o.warmup_s;
     so.duration_s = o.duration_s;
     so.chain_steps = absl::GetFlag(FLAGS_chain_steps);
+    so.chain_steps_min = absl::GetFlag(FLAGS_chain_steps_min);
+    so.step_tokens_min = absl::GetFlag(FLAGS_step_tokens_min);
     so.verify = absl::GetFlag(FLAGS_verify_steps);
     so.seed = o.seed;
     so.timeout = o.timeout;

@@ -3,13 +3,14 @@
 // (`session`: a Decode stream per chain, x only on the wire) or through
 // today's stateless path (`unary-decode-fwd`: a Forward per step carrying
 // initial_states and asking for final_states, the client keeping the
-// state). Every step can be checked against a local CPU chain (the same
-// steps run by the project's CPU implementation from the same state).
+// state). Every step can be checked against a local chain (a float64
+// prediction of the same steps from the same state, decode_chain_check.h).
+// Chains may draw their length, and every step its token count, at random.
 // Reports, per mode and concurrency, steps/s and the per-step latency
 // percentiles seen by the client.
 //
-// Used by client/load/main.cc and its tests. RunSessionLoad blocks; it runs
-// one thread per chain, each with its own synchronous calls.
+// Used by client/load/main.cc and its tests. RunSessionLoad blocks while
+// the chains run on gRPC's callback threads (session_chain.h).
 #ifndef CONV1D_CLIENT_LOAD_SESSION_LOAD_H_
 #define CONV1D_CLIENT_LOAD_SESSION_LOAD_H_
 
@@ -34,8 +35,14 @@ struct SessionLoadOptions {
   double warmup_s = 1.0;
   double duration_s = 6.0;
   // Steps of a chain before it ends (its session closed) and a new chain
-  // starts from zeros; 0: one chain per thread for the whole level.
+  // starts from zeros; 0: one chain per thread for the whole level. With
+  // chain_steps_min > 0 each chain draws its length from
+  // chain_steps_min..chain_steps.
   int64_t chain_steps = 0;
+  int64_t chain_steps_min = 0;
+  // > 0: each step draws its token count from step_tokens_min..S (S from
+  // spec.seqlen); 0: every step has S tokens.
+  int64_t step_tokens_min = 0;
   // Check every step against the local CPU chain.
   bool verify = true;
   uint64_t seed = 1;
@@ -50,6 +57,7 @@ struct SessionLoadRow {
   int64_t steps = 0;   // measured
   int64_t errors = 0;  // failed calls (the chain then restarts)
   int64_t wrong = 0;   // steps whose y or state differed from the local chain
+  int64_t chains = 0;  // chains run to their full length while measuring
   std::string first_error;
 };
 
@@ -58,7 +66,8 @@ struct SessionLoadRow {
 absl::StatusOr<std::vector<SessionLoadRow>> RunSessionLoad(const SessionLoadOptions& options,
                                                            Conv1dClient* client);
 
-// "mode,concurrency,steps_per_s,p50_us,p99_us,steps,errors,wrong" and rows.
+// "mode,concurrency,steps_per_s,p50_us,p99_us,steps,errors,wrong,chains"
+// and rows.
 std::string SessionLoadCsv(const std::vector<SessionLoadRow>& rows);
 
 }  // namespace conv1d

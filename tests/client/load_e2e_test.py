@@ -446,6 +446,28 @@ class LoadAgainstCpu(unittest.TestCase):
             self.assertLessEqual(float(x["p50_us"]), float(x["p99_us"]), x)
         self.assertIn("total: 0 errors, 0 wrong steps", r.stdout)
 
+    def test_session_modes_random_steps_and_chains(self):
+        # Steps of 1..5 tokens, chains of 3..12 steps, bf16 channel-last:
+        # every step checked, both modes agree with the server.
+        out = os.path.join(tmpdir(), "r.csv")
+        with Server(SERVER, CLIENT, "--backend=cpu", "--threads=1") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--mode=session,unary-decode-fwd",
+                     "--concurrency=2", "--shape=2x48x5", "--dtype=bf16", "--layout=cl",
+                     "--step_tokens_min=1", "--chain_steps=12", "--chain_steps_min=3",
+                     "--duration_s=0.5", "--warmup_s=0.1", f"--csv={out}"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 2)
+        for x in rows:
+            self.assertEqual(int(x["errors"]), 0, x)
+            self.assertEqual(int(x["wrong"]), 0, x)
+            self.assertGreater(int(x["chains"]), 0, x)
+        r = run([LOAD, "--target=127.0.0.1:1", "--mode=session", "--concurrency=1",
+                 "--shape=1x16x2", "--step_tokens_min=3"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--step_tokens_min", r.stderr)
+
     def test_session_mode_finds_wrong_steps(self):
         with Server(SERVER, CLIENT, "--backend=echo") as srv:
             r = run([LOAD, f"--target={srv.target}", "--mode=session", "--concurrency=1",

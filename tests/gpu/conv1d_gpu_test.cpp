@@ -17,7 +17,7 @@
 #include "server/core/dtype.h"
 #include "tests/gpu/gpu_check.h"
 #include "tests/gpu/gpu_harness.h"
-#include "tests/gpu/reference.h"
+#include "tests/common/reference.h"
 
 namespace conv1d::testing {
 namespace {
@@ -534,9 +534,17 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
     int64_t unwritten = 0;
     for (int64_t i = 0; i < n; ++i) unwritten += (yb[i] == 0xffff);
     EXPECT_EQ(unwritten, 0);
-    const RefShape r = RefShapeOf(p, s);
     const HugeCtx ctx{&s, p.dim, s.seqlen, layout == KernelLayout::kChannelLast};
-    const std::vector<double> w = s.weight.Values(), bias = s.bias.Values();
+    // The shape, weights and bias; x is read through HugeX, not copied.
+    ref::Inputs r;
+    r.batch = s.batch;
+    r.dim = p.dim;
+    r.seqlen = s.seqlen;
+    r.width = p.width;
+    r.channel_last = ctx.cl;
+    r.silu = p.activation == KernelActivation::kSiLU;
+    r.weight = s.weight.Values();
+    r.bias = s.bias.Values();
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
     int bad = 0;
     for (int k = 0; k < 200000; ++k) {
@@ -551,7 +559,7 @@ TEST(Conv1dGpu, TensorPast2To31Elements) {
         d = (i / s.seqlen) % p.dim;
         b = i / (p.dim * s.seqlen);
       }
-      const double ref = RefForwardAt(r, w, bias, HugeX, &ctx, b, d, t);
+      const double ref = ref::ForwardAt(r, HugeX, &ctx, b, d, t);
       const double got = BF16ToFloat(yb[i]);
       if (!(std::fabs(got - ref) <= 1.6e-2 * (std::fabs(ref) + 0.5))) {
         if (++bad < 5) ADD_FAILURE() << "y[" << i << "] = " << got << ", reference " << ref;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "gtest/gtest.h"
-#include "tests/gpu/reference.h"
+#include "tests/common/reference.h"
 
 namespace conv1d::testing {
 
@@ -15,18 +15,25 @@ using kernels::KernelLayout;
 using kernels::KernelOp;
 
 
-RefShape RefShapeOf(const Conv1dProblem& p, const SegmentData& s) {
-  RefShape r;
-  r.batch = s.batch;
-  r.dim = p.dim;
-  r.seqlen = s.seqlen;
-  r.width = p.width;
-  r.channel_last = p.layout == KernelLayout::kChannelLast;
-  r.silu = p.activation == KernelActivation::kSiLU;
-  r.has_bias = p.has_bias;
-  r.has_init = p.has_initial_states;
-  r.has_dfinal = p.has_dfinal_states;
-  return r;
+ref::Inputs RefInputsOf(const Conv1dProblem& p, const SegmentData& s) {
+  ref::Inputs in;
+  in.batch = s.batch;
+  in.dim = p.dim;
+  in.seqlen = s.seqlen;
+  in.width = p.width;
+  in.state_len = s.state_len;
+  in.channel_last = p.layout == KernelLayout::kChannelLast;
+  in.silu = p.activation == KernelActivation::kSiLU;
+  in.x = s.x.Values();
+  in.weight = s.weight.Values();
+  if (p.has_bias) in.bias = s.bias.Values();
+  if (p.op != KernelOp::kUpdate && p.has_initial_states) in.initial_states = s.init.Values();
+  if (p.op == KernelOp::kBackward) {
+    in.dout = s.dout.Values();
+    if (p.has_dfinal_states) in.dfinal_states = s.dfinal.Values();
+  }
+  if (p.op == KernelOp::kUpdate) in.conv_state = s.state.Values();
+  return in;
 }
 
 std::mt19937_64 TestRng() {
@@ -52,29 +59,24 @@ std::string CheckAll(const Conv1dProblem& p, const std::vector<SegmentData>& seg
   const double tol = Tolerance(p.x_type);
   for (size_t i = 0; i < segs.size(); ++i) {
     const SegmentData& s = segs[i];
-    const RefShape r = RefShapeOf(p, s);
+    const ref::Inputs in = RefInputsOf(p, s);
     const std::string tag = "segment " + std::to_string(i) + " ";
     std::string err;
     if (p.op == KernelOp::kForward) {
-      std::vector<double> y, fin;
-      RefForward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(), &y, &fin);
-      err = Compare(tag + "y", s.y, y, tol);
-      if (err.empty() && p.return_final_states) err = Compare(tag + "final", s.final_states, fin, tol);
+      const ref::Outputs r = ref::Forward(in);
+      err = Compare(tag + "y", s.y, r.y, tol);
+      if (err.empty() && p.return_final_states) err = Compare(tag + "final", s.final_states, r.final_states, tol);
     } else if (p.op == KernelOp::kBackward) {
-      std::vector<double> dx, dw, db, dinit;
-      RefBackward(r, s.x.Values(), s.weight.Values(), s.bias.Values(), s.init.Values(),
-                  s.dout.Values(), s.dfinal.Values(), &dx, &dw, &db, &dinit);
+      const ref::Outputs r = ref::Backward(in);
       const double gtol = std::max(Tolerance(p.grad_weight_type), 1e-4);
-      err = Compare(tag + "dx", s.dx, dx, tol);
-      if (err.empty()) err = Compare(tag + "dweight", s.dweight, dw, gtol);
-      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, db, gtol);
-      if (err.empty() && p.return_dinitial_states) err = Compare(tag + "dinit", s.dinit, dinit, tol);
+      err = Compare(tag + "dx", s.dx, r.dx, tol);
+      if (err.empty()) err = Compare(tag + "dweight", s.dweight, r.dweight, gtol);
+      if (err.empty() && p.has_bias) err = Compare(tag + "dbias", s.dbias, r.dbias, gtol);
+      if (err.empty() && p.return_dinitial_states) err = Compare(tag + "dinit", s.dinit, r.dinitial_states, tol);
     } else {
-      std::vector<double> y, st;
-      RefUpdate(r, s.state_len, s.x.Values(), s.state.Values(), s.weight.Values(), s.bias.Values(),
-                &y, &st);
-      err = Compare(tag + "y", s.y, y, tol);
-      if (err.empty()) err = Compare(tag + "state", s.state_out, st, tol);
+      const ref::Outputs r = ref::Update(in);
+      err = Compare(tag + "y", s.y, r.y, tol);
+      if (err.empty()) err = Compare(tag + "state", s.state_out, r.conv_state_out, tol);
     }
     if (!err.empty()) return err;
   }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tests/gpu/gpu_harness.h"
-#include "tests/gpu/reference.h"
+#include "tests/common/reference.h"
 
 namespace conv1d::testing {
 
@@ -36,8 +36,8 @@ std::mt19937_64 TestRng();
 kernels::Conv1dProblem MakeProblem(kernels::KernelOp op, Pair pr, kernels::KernelLayout layout,
                                    int64_t D, int W, uint32_t bits);
 
-// The reference's shape of segment `s` of problem `p`.
-RefShape RefShapeOf(const Conv1dProblem& p, const SegmentData& s);
+// The float64 reference's inputs for segment `s` of problem `p`.
+ref::Inputs RefInputsOf(const Conv1dProblem& p, const SegmentData& s);
 
 // Checks every output of every segment against the reference: "" or what
 // failed.
