@@ -9,6 +9,10 @@
 #      decode-fwd steps, c=1 and 64, every step verified, written to
 #      sessions-<device>-<date>.csv, with a per-thread CPU snapshot of the
 #      server and the load generator during the c=64 session run
+#   6. session-soak (not in the default set): SESSION_SOAK_S seconds (600)
+#      of SESSION_SOAK_C (1000) concurrent decode sessions, each a chain of
+#      1..200 steps of 1..8 tokens, every step verified; open sessions and
+#      slot bytes back to zero after the run, RSS flat
 #   (STAGES, default "tests runtime e2e soak", picks a subset)
 # The end-to-end stage runs one server per entry of E2E_SERVERS (default
 # "gpu echo echo-strings"): a backend name, optionally with "-strings" for
@@ -119,28 +123,77 @@ fi
 
 if want sessions; then
 step "sessions against unary decode-fwd"
-"$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50171 \
+"$bin/conv1d_server" --backend=${SESSIONS_BACKEND:-gpu} --listen=127.0.0.1:50171 \
   --metrics_listen=127.0.0.1:50172 --log_level=warn >"$out/server-sessions.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50171 >/dev/null 2>&1 && break; sleep 0.2; done
-sess=(--target=127.0.0.1:50171 --shape=1x5120x1 --weights=registered --progress=false)
+sess=(--target=127.0.0.1:50171 --shape=1x5120x1 --weights=registered --progress=false ${SESSIONS_CHANNELS:+--channels=$SESSIONS_CHANNELS})
 "$bin/conv1d_load" "${sess[@]}" --mode=session,unary-decode-fwd --concurrency=1,64 \
   --warmup_s=1 --duration_s=${SESSIONS_S:-4} --csv="$out/sessions-$device-$day.csv" \
   2>&1 | tee "$out/sessions.log" || status=1
-# Where the CPU goes at c=64: threads of the server and of the generator
-# over 2 s in the middle of a 6 s session run.
+# Where the time goes at c=64: threads of the server and of the generator
+# over 2 s in the middle of a 6 s session run, and the server's own mean
+# step latency and steps per launch over the run (metric deltas).
+scrape() { curl -s http://127.0.0.1:50172/metrics | awk '/^conv1d_session_(step_duration_seconds|steps_per_launch)_(sum|count)/ {print $1, $2}'; }
+scrape >"$out/sessions-metrics-before.txt"
 "$bin/conv1d_load" "${sess[@]}" --mode=session --concurrency=64 --warmup_s=1 --duration_s=6 \
   >"$out/sessions-threads-load.log" 2>&1 &
 lp=$!
 sleep 4
-top -H -b -n 2 -d 2 -p "$pid,$lp" 2>&1 | awk '/^top -/ {n++} n == 2' | head -n 60 >"$out/sessions-threads.txt"
+top -H -b -n 2 -d 2 -p "$pid,$lp" 2>&1 | awk '/^top -/ {n++} n == 2' | head -n 100 >"$out/sessions-threads.txt"
 wait $lp || status=1
+scrape >"$out/sessions-metrics-after.txt"
 cat "$out/sessions-threads-load.log" >>"$out/sessions-threads.txt"
+awk 'NR == FNR {a[$1] = $2; next} {d[$1] = $2 - a[$1]}
+  END {
+    printf "server side over the c=64 run: mean step %.1f us, %.1f steps per launch\n",
+      1e6 * d["conv1d_session_step_duration_seconds_sum"] / (d["conv1d_session_step_duration_seconds_count"] + 1e-9),
+      d["conv1d_session_steps_per_launch_sum"] / (d["conv1d_session_steps_per_launch_count"] + 1e-9) }' \
+  "$out/sessions-metrics-before.txt" "$out/sessions-metrics-after.txt" | tee -a "$out/sessions.log"
 kill -TERM $pid; wait $pid || status=1
 fi
 
+if want session-soak; then
+ssoak=${SESSION_SOAK_S:-600}
+step "session soak: ${ssoak}s, ${SESSION_SOAK_C:-1000} sessions, random chains and steps, verified"
+"$bin/conv1d_server" --backend=${SESSIONS_BACKEND:-gpu} --listen=127.0.0.1:50181 \
+  --metrics_listen=127.0.0.1:50182 --max_sessions=1100 --log_level=warn \
+  >"$out/server-session-soak.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50181 >/dev/null 2>&1 && break; sleep 0.2; done
+ssample() {
+  local m
+  m=$(curl -s http://127.0.0.1:50182/metrics 2>/dev/null)
+  echo "$1 rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")" \
+    "open=$(awk '/^conv1d_sessions_open / {print $2}' <<<"$m")" \
+    "slot_bytes=$(awk '/^conv1d_session_slot_bytes / {print $2}' <<<"$m")"
+}
+"$bin/conv1d_load" --target=127.0.0.1:50181 --mode=session --concurrency=${SESSION_SOAK_C:-1000} \
+  --shape=1x2048x8 --step_tokens_min=1 --chain_steps=200 --chain_steps_min=1 \
+  --warmup_s=2 --duration_s=$ssoak --progress=false --csv="$out/session-soak.csv" \
+  >"$out/session-soak.log" 2>&1 &
+lp=$!
+sleep 5
+: >"$out/session_soak_memory.txt"
+while kill -0 $lp 2>/dev/null; do ssample "t=$(date +%s)" >>"$out/session_soak_memory.txt"; sleep 5; done
+wait $lp || status=1
+sleep 1
+ssample after >>"$out/session_soak_memory.txt"
+tail -n 3 "$out/session-soak.log"
+kill -TERM $pid; wait $pid || status=1
+awk -F"[ =]" '$1 != "after" { rss[++n] = $4 } $1 == "after" { open = $5; slot = $7 }
+  END {
+    third = int(n / 3); if (third < 1) { print "too few memory samples"; exit 1 }
+    for (i = 1; i <= third; ++i) if (rss[i] > a) a = rss[i]
+    for (i = n - third + 1; i <= n; ++i) if (rss[i] > b) b = rss[i]
+    printf "session soak memory: %d samples; max RSS first third %.0f MiB, last third %.0f MiB; after the run %s sessions open, %s slot bytes\n",
+           n, a / 1024, b / 1024, open, slot
+    exit (b > 1.1 * a || open != 0 || slot != 0) }' "$out/session_soak_memory.txt" \
+  | tee "$out/session_soak_verdict.txt" || status=1
+fi
+
 step "summary"
-for f in runtime_bench.log e2e_summary.txt soak_verdict.txt sessions.log; do
+for f in runtime_bench.log e2e_summary.txt soak_verdict.txt sessions.log session_soak_verdict.txt; do
   [[ -f $out/$f ]] && tail -n 12 "$out/$f"
 done
 echo "suite status: $status"
