@@ -8,7 +8,8 @@
 // into the frontends. Backends without them (cpu, echo) return null from
 // Backend::host_memory_pinner() / device_memory_importer(): system regions
 // are then staged like heap memory and device regions are refused.
-// Fakes for tests live beside their users (tests/oip/shm_registry_test.cc).
+// Fakes for tests live beside their users (tests/oip/shm_registry_test.cc,
+// tests/oip/device_region_test.cc, tests/oip/oip_device_region_test.cc).
 //
 // Thread-safety: implementations are thread-safe, and may be called after
 // the backend that made them is gone (a region outlives its registry while
