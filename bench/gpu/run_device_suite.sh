@@ -14,6 +14,10 @@
 #      of SESSION_SOAK_C (1000) concurrent decode sessions, each a chain of
 #      1..200 steps of 1..8 tokens, every step verified; open sessions and
 #      slot bytes back to zero after the run, RSS flat
+#   7. oip (not in the default set): the inference protocol against
+#      conv1d.v1 over gRPC bytes at c=64 (decode-fwd, small-fwd, large-fwd),
+#      and large-fwd at c=8 with tensors in gRPC bytes, system shared memory
+#      and (OIP_MEMORY) device memory, written to oip-<device>-<date>.csv
 #   (STAGES, default "tests runtime e2e soak", picks a subset)
 # The end-to-end stage runs one server per entry of E2E_SERVERS (default
 # "gpu echo echo-strings"): a backend name, optionally with "-strings" for
@@ -199,8 +203,27 @@ awk -F"[ =]" '$1 != "after" { rss[++n] = $4 } $1 == "after" { open = $5; slot = 
   | tee "$out/session_soak_verdict.txt" || status=1
 fi
 
+if want oip; then
+step "inference protocol against conv1d.v1, and shared memory"
+"$bin/conv1d_server" --backend=gpu --listen=127.0.0.1:50191 \
+  --metrics_listen=127.0.0.1:50192 --log_level=warn >"$out/server-oip.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50191 >/dev/null 2>&1 && break; sleep 0.2; done
+odur=${OIP_S:-3}
+common=(--target=127.0.0.1:50191 --warmup_s=1 --window_s=$odur --duration_s=$odur --max_trials=1
+        --stable_windows=1 --progress=false --verify_fraction=0.02)
+"$bin/conv1d_load" "${common[@]}" --protocol=v1,oip --memory=grpc \
+  --preset=decode-fwd,small-fwd,large-fwd --concurrency=64 --csv="$out/oip-c64.csv" \
+  >"$out/oip-c64.log" 2>&1 || status=1
+"$bin/conv1d_load" "${common[@]}" --protocol=oip --memory=${OIP_MEMORY:-grpc,system} \
+  --preset=large-fwd --concurrency=8 --csv="$out/oip-c8.csv" >"$out/oip-c8.log" 2>&1 || status=1
+kill -TERM $pid; wait $pid || status=1
+{ cat "$out/oip-c64.csv"; tail -n +2 "$out/oip-c8.csv"; } >"$out/oip-$device-$day.csv" 2>/dev/null
+cut -d, -f1-7 "$out/oip-$device-$day.csv" | column -t -s, | tee "$out/oip_summary.txt"
+fi
+
 step "summary"
-for f in runtime_bench.log e2e_summary.txt soak_verdict.txt sessions.log session_soak_verdict.txt; do
+for f in runtime_bench.log e2e_summary.txt soak_verdict.txt sessions.log session_soak_verdict.txt oip_summary.txt; do
   [[ -f $out/$f ]] && tail -n 12 "$out/$f"
 done
 echo "suite status: $status"

@@ -79,6 +79,12 @@ class Backend {
   // scheduler leaves such lanes idle. Thread-safe.
   virtual bool LaneAvailable(int lane) const { return true; }
 
+  // The device lane `lane` computes on, or -1 for a lane that may take any
+  // key. A lane of device d takes only keys whose BatchKey::device is -1 or
+  // d (tensors in device memory are computed where they are). Fixed for the
+  // backend's life; thread-safe.
+  virtual int32_t LaneDevice(int lane) const { return -1; }
+
   // Host memory for request and response tensors: the backend's
   // page-locked pool, or null when it has none (the server then uses
   // HeapHostBuffers). Shared with the frontends for the backend's life and

@@ -22,7 +22,7 @@ bool operator==(const BatchKey& a, const BatchKey& b) {
          a.has_initial_states == b.has_initial_states &&
          a.return_final_states == b.return_final_states &&
          a.has_dfinal_states == b.has_dfinal_states &&
-         a.return_dinitial_states == b.return_dinitial_states;
+         a.return_dinitial_states == b.return_dinitial_states && a.device == b.device;
 }
 
 std::string BatchKey::DebugString() const {
@@ -37,6 +37,7 @@ std::string BatchKey::DebugString() const {
   if (return_final_states) absl::StrAppend(&s, "/final");
   if (has_dfinal_states) absl::StrAppend(&s, "/dfinal");
   if (return_dinitial_states) absl::StrAppend(&s, "/dinit");
+  if (device >= 0) absl::StrAppend(&s, "/device=", device);
   return s;
 }
 

@@ -47,6 +47,12 @@ struct BatchKey {
   bool return_final_states = false;     // forward
   bool has_dfinal_states = false;       // backward
   bool return_dinitial_states = false;  // backward
+  // Device affinity: -1 for requests any lane may compute; d >= 0 for
+  // requests with tensors in device memory of device d (a decode session's
+  // state slot, a registered device region), which only lanes of device d
+  // may compute (Backend::LaneDevice). Set from the segment's placements by
+  // DeviceAffinity (segment_check.h) where the task is built.
+  int32_t device = -1;
 
   friend bool operator==(const BatchKey& a, const BatchKey& b);
   friend bool operator!=(const BatchKey& a, const BatchKey& b) { return !(a == b); }
@@ -56,7 +62,7 @@ struct BatchKey {
                       k.grad_weight_dtype, k.dim, k.width, k.activation,
                       k.layout, k.has_bias, k.has_initial_states,
                       k.return_final_states, k.has_dfinal_states,
-                      k.return_dinitial_states);
+                      k.return_dinitial_states, k.device);
   }
   // Human-readable, e.g. "forward/fp32.fp32/D=2048/W=4/silu/cf/bias".
   std::string DebugString() const;

@@ -83,6 +83,13 @@ Scheduler::Scheduler(const SchedulerOptions& options, Backend* backend,
       max_queue_delay_(absl::Microseconds(options.max_queue_delay_us)),
       backend_(backend),
       num_lanes_(backend->num_lanes()),
+      lane_device_([backend] {
+        std::vector<int32_t> d(backend->num_lanes());
+        for (int lane = 0; lane < static_cast<int>(d.size()); ++lane) {
+          d[lane] = backend->LaneDevice(lane);
+        }
+        return d;
+      }()),
       clock_(clock),
       observer_(observer) {}
 
@@ -239,17 +246,27 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-bool Scheduler::HasUnclaimedWorkLocked() const {
+bool Scheduler::TakesLocked(int lane, Takes takes, const BatchKey& key) const {
+  const int32_t own = lane_device_[lane];
+  switch (takes) {
+    case Takes::kAll: return true;
+    case Takes::kOwnDevice: return key.device >= 0 && key.device == own;
+    case Takes::kComputable: break;
+  }
+  return key.device < 0 || own < 0 || key.device == own;
+}
+
+bool Scheduler::HasUnclaimedWorkLocked(int lane, Takes takes) const {
   for (const auto& [key, q] : queues_) {
-    if (!q.claimed && !q.entries.empty()) return true;
+    if (!q.claimed && !q.entries.empty() && TakesLocked(lane, takes, key)) return true;
   }
   return false;
 }
 
-bool Scheduler::PickKeyLocked(BatchKey* key) const {
+bool Scheduler::PickKeyLocked(int lane, Takes takes, BatchKey* key) const {
   const KeyQueue* best = nullptr;
   for (const auto& [k, q] : queues_) {
-    if (q.claimed || q.entries.empty()) continue;
+    if (q.claimed || q.entries.empty() || !TakesLocked(lane, takes, k)) continue;
     if (best == nullptr || q.entries.front().seq < best->entries.front().seq) {
       best = &q;
       *key = k;
@@ -294,35 +311,49 @@ void Scheduler::ReportDepthLocked(const std::string& family) {
 }
 
 void Scheduler::LaneLoop(int lane) {
-  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return HasUnclaimedWorkLocked() || (draining_ && queued_ == 0);
-  };
   while (true) {
     // Availability is polled: a lane whose device failed stays idle while
     // another lane can serve; when none can, queued tasks are failed at once
-    // rather than left to wait for their deadlines.
+    // rather than left to wait for their deadlines. Tasks bound to a device
+    // none of whose lanes can serve are failed by that device's lanes.
     absl::Status refuse;
+    Takes takes = Takes::kComputable;
     if (!backend_->LaneAvailable(lane)) {
+      const int32_t own = lane_device_[lane];
       if (AnyLaneAvailable()) {
-        absl::MutexLock lock(&mu_);
-        if (draining_) return;  // the available lanes drain the queues
-        clock_->AwaitWithDeadline(&mu_, absl::Condition(&draining_),
-                                  clock_->Now() + kUnavailableLaneRecheck);
-        continue;
+        if (own < 0 || AnyLaneAvailable(own)) {
+          absl::MutexLock lock(&mu_);
+          if (draining_) return;  // the available lanes drain the queues
+          clock_->AwaitWithDeadline(&mu_, absl::Condition(&draining_),
+                                    clock_->Now() + kUnavailableLaneRecheck);
+          continue;
+        }
+        takes = Takes::kOwnDevice;
+      } else {
+        takes = Takes::kAll;
       }
       refuse = backend_->Health();
       if (refuse.ok()) {
-        refuse = absl::UnavailableError(absl::StrCat(
-            "no lane of backend '", backend_->name(), "' can take work"));
+        refuse = absl::UnavailableError(
+            takes == Takes::kAll
+                ? absl::StrCat("no lane of backend '", backend_->name(), "' can take work")
+                : absl::StrCat("no lane of device ", own, " of backend '", backend_->name(),
+                               "' can take work"));
       }
     }
+    auto has_work = [this, lane, takes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return HasUnclaimedWorkLocked(lane, takes) || (draining_ && queued_ == 0);
+    };
     BatchKey key;
     std::vector<std::unique_ptr<Task>> batch;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&has_work));
       DrainInboxLocked();  // what a filer waiting for the lock would file
-      if (!PickKeyLocked(&key)) return;  // drained
+      if (!PickKeyLocked(lane, takes, &key)) {
+        if (draining_ && queued_ == 0) return;  // drained
+        continue;  // woken for work this lane does not take
+      }
       if (max_queue_delay_ > absl::ZeroDuration() && !draining_ &&
           refuse.ok()) {
         KeyQueue& q = queues_.find(key)->second;
@@ -357,9 +388,9 @@ void Scheduler::LaneLoop(int lane) {
   }
 }
 
-bool Scheduler::AnyLaneAvailable() const {
+bool Scheduler::AnyLaneAvailable(int32_t device) const {
   for (int lane = 0; lane < num_lanes_; ++lane) {
-    if (backend_->LaneAvailable(lane)) return true;
+    if ((device < 0 || lane_device_[lane] == device) && backend_->LaneAvailable(lane)) return true;
   }
   return false;
 }

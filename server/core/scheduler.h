@@ -175,16 +175,23 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, Backend* backend, Clock* clock,
             Observer* observer);
 
+  // Which keys a lane takes: those it may compute (its device's and those
+  // of no device), every key (to fail them when no lane can compute), or
+  // only its own device's (to fail them when no lane of its device can).
+  enum class Takes { kComputable, kAll, kOwnDevice };
+  bool TakesLocked(int lane, Takes takes, const BatchKey& key) const;
+
   void LaneLoop(int lane);
-  // Picks the unclaimed, non-empty queue with the oldest head; returns false
-  // when there is none.
-  bool PickKeyLocked(BatchKey* key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Picks the unclaimed, non-empty queue with the oldest head among the
+  // keys `lane` takes; returns false when there is none.
+  bool PickKeyLocked(int lane, Takes takes, BatchKey* key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files every inbox task into its key's queue, in submission order.
   void DrainInboxLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Run by the submitter that set filing_: drains the inbox under the lock
   // until it finds the inbox empty after clearing filing_.
   void FileInbox() ABSL_LOCKS_EXCLUDED(mu_);
-  bool HasUnclaimedWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasUnclaimedWorkLocked(int lane, Takes takes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool BatchFullLocked(const KeyQueue& q) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a FIFO prefix of `key`'s queue, within the batch bounds (always at
@@ -197,7 +204,8 @@ class Scheduler {
   void RunBatch(int lane, const BatchKey& key,
                 std::vector<std::unique_ptr<Task>> batch,
                 const absl::Status& refuse);
-  bool AnyLaneAvailable() const;
+  // Any lane available; with device >= 0, any lane of that device.
+  bool AnyLaneAvailable(int32_t device = -1) const;
   // Calls on_done(status) of every task and destroys it: the lane's share
   // here, the rest (for large batches) on the completion threads.
   void FinishTasks(std::vector<std::unique_ptr<Task>> tasks, const absl::Status& status);
@@ -209,6 +217,7 @@ class Scheduler {
   const absl::Duration max_queue_delay_;
   Backend* const backend_;
   const int num_lanes_;
+  const std::vector<int32_t> lane_device_;  // Backend::LaneDevice per lane
   Clock* const clock_;
   Observer* const observer_;  // may be null
 

@@ -107,4 +107,23 @@ absl::Status CheckBackendLimits(const BackendLimits& limits, const BatchKey& key
   return absl::OkStatus();
 }
 
+absl::StatusOr<int32_t> DeviceAffinity(const BatchKey& key, const ConvSegment& seg) {
+  const RoleSet roles = key.roles();
+  int32_t device = -1;
+  Role first = Role::kX;
+  for (int i = 0; i < kNumRoles; ++i) {
+    const Role r = RoleAt(i);
+    if (!roles.has(r) || !seg.present(r) || !seg.where(r).on_device()) continue;
+    const int32_t d = seg.where(r).device;
+    if (device >= 0 && d != device) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          RoleName(first), " is in memory of device ", device, " but ", RoleName(r),
+          " in memory of device ", d, ": one request's device tensors must share a device"));
+    }
+    if (device < 0) first = r;
+    device = d;
+  }
+  return device;
+}
+
 }  // namespace conv1d

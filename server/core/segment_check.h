@@ -35,6 +35,12 @@ inline int64_t RoleBytes(const BatchKey& key, const ConvSegment& seg, Role role,
 // the size or the role's tensor otherwise.
 absl::Status ValidateSegment(const BatchKey& key, const ConvSegment& seg);
 
+// The device whose memory holds `seg`'s tensors that are in device memory
+// (a session's state slot, a registered device region), or -1 when every
+// tensor is in host memory: what the task's BatchKey::device must be.
+// FAILED_PRECONDITION naming the roles when they sit on two devices.
+absl::StatusOr<int32_t> DeviceAffinity(const BatchKey& key, const ConvSegment& seg);
+
 // Bytes of every tensor the key uses for one row (B = 1) of `seg`, weights
 // included: what a backend that moves requests row by row must hold at once.
 int64_t OneRowBytes(const BatchKey& key, const ConvSegment& seg);

@@ -275,6 +275,8 @@ absl::Status SessionManager::BeginStep(Session& session, const TensorView& x,
   seg.conv_state_out.data = slots_->SlotData(session.slot_);
   seg.conv_state_out.bytes = bytes;
   seg.conv_state_out.where = seg.conv_state.where;
+  // A slot in device memory binds the step to its device's lanes.
+  key->device = seg.conv_state.where.on_device() ? seg.conv_state.where.device : -1;
   return absl::OkStatus();
 }
 

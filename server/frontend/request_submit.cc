@@ -33,6 +33,13 @@ absl::Status RequestSubmitter::Submit(ValidatedCall* call,
                                                           : RejectReason::kTooLarge);
     return status;
   }
+  // Tensors in a registered device region bind the task to that device.
+  absl::StatusOr<int32_t> device = DeviceAffinity(call->key, call->segment);
+  if (!device.ok()) {
+    observer_->OnRejected(RejectReason::kInvalid);
+    return device.status();
+  }
+  call->key.device = *device;
   auto task = std::make_unique<Task>();
   task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
   task->key = call->key;

@@ -46,11 +46,16 @@ struct RecordedBatch {
 
 class RecordingBackend final : public Backend {
  public:
-  explicit RecordingBackend(int lanes = 1) : lanes_(lanes) {}
+  // `lane_devices`: Backend::LaneDevice of each lane (empty: -1 for all).
+  explicit RecordingBackend(int lanes = 1, std::vector<int32_t> lane_devices = {})
+      : lanes_(lanes), lane_devices_(std::move(lane_devices)) {}
 
   const char* name() const override { return "recording"; }
   std::vector<std::string> devices() const override { return {"fake"}; }
   int num_lanes() const override { return lanes_; }
+  int32_t LaneDevice(int lane) const override {
+    return lane_devices_.empty() ? -1 : lane_devices_[lane];
+  }
 
   absl::Status Health() const override {
     absl::MutexLock lock(&health_mu_);
@@ -136,6 +141,7 @@ class RecordingBackend final : public Backend {
 
  private:
   const int lanes_;
+  const std::vector<int32_t> lane_devices_;
   mutable absl::Mutex health_mu_;
   absl::Status health_ ABSL_GUARDED_BY(health_mu_);
   std::set<int> unavailable_lanes_ ABSL_GUARDED_BY(health_mu_);

@@ -12,6 +12,7 @@
 #include "server/util/thread_pool.h"
 #include "server/backends/gpu/batch_layout.h"
 #include "server/backends/gpu/device_state_slots.h"
+#include "server/core/partitioned_state_slots.h"
 #include "server/backends/gpu/gpu_backend_internal.h"
 #include "server/backends/gpu/host_pool.h"
 #include "server/backends/gpu/shared_regions.h"
@@ -317,17 +318,24 @@ int GpuBackend::num_lanes() const { return static_cast<int>(lanes_.size()); }
 
 absl::StatusOr<std::unique_ptr<StateSlots>> GpuBackend::CreateStateSlots(
     const StateSlotsOptions& options) {
-  if (devices_.size() != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "decode sessions on the gpu backend need one device (--devices=N); this server "
-        "uses ", devices_.size()));
+  // One pool per device, each with an equal share of the slots (rounded
+  // up); with several devices, slots alternate between them.
+  const int32_t n = static_cast<int32_t>(devices_.size());
+  std::vector<std::unique_ptr<StateSlots>> parts;
+  for (const auto& dev : devices_) {
+    StateSlotsOptions on_device = options;
+    on_device.device = dev->index;
+    on_device.num_slots = (options.num_slots + n - 1) / n;
+    absl::StatusOr<std::unique_ptr<gpu::DeviceStateSlots>> slots =
+        gpu::DeviceStateSlots::Create(on_device);
+    if (!slots.ok()) return slots.status();
+    parts.push_back(std::move(*slots));
   }
-  StateSlotsOptions on_device = options;
-  on_device.device = devices_[0]->index;
-  absl::StatusOr<std::unique_ptr<gpu::DeviceStateSlots>> slots =
-      gpu::DeviceStateSlots::Create(on_device);
-  if (!slots.ok()) return slots.status();
-  return std::unique_ptr<StateSlots>(std::move(*slots));
+  if (n == 1) return std::move(parts[0]);
+  absl::StatusOr<std::unique_ptr<PartitionedStateSlots>> all =
+      PartitionedStateSlots::Create(std::move(parts));
+  if (!all.ok()) return all.status();
+  return std::unique_ptr<StateSlots>(std::move(*all));
 }
 
 BackendLimits GpuBackend::limits() const {
@@ -353,6 +361,8 @@ absl::Status GpuBackend::Health() const {
 bool GpuBackend::LaneAvailable(int lane) const {
   return !lanes_[lane]->device->failed.load(std::memory_order_acquire);
 }
+
+int32_t GpuBackend::LaneDevice(int lane) const { return lanes_[lane]->device->index; }
 
 void GpuBackend::MarkDeviceFailed(Device& device, const absl::Status& status) {
   {

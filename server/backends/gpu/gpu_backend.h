@@ -146,6 +146,7 @@ class GpuBackend final : public Backend {
   // OK while every device serves; otherwise the first sticky error.
   absl::Status Health() const override;
   bool LaneAvailable(int lane) const override;
+  int32_t LaneDevice(int lane) const override;
   // Page-locked from the host pool while it has room, else heap memory;
   // null when the pool is off.
   std::shared_ptr<HostBufferProvider> host_buffers() const override { return host_buffers_; }
