@@ -89,12 +89,14 @@ TEST_F(SharedRegionsTest, ImporterRefusesBadInputAndItsOwnHandles) {
   (void)hipFree(dev);
 }
 
-TEST_F(SharedRegionsTest, SeveralDevicesAreRefusedForDeviceRegions) {
-  GpuDeviceMemoryImporter importer({0, 1});
+TEST_F(SharedRegionsTest, AnUnusableDeviceIsAClearError) {
+  // Device 64 is on the importer's list but not in the machine.
+  GpuDeviceMemoryImporter importer({0, 64});
   absl::StatusOr<ImportedDeviceMemory> r =
-      importer.Open(std::string(sizeof(hipIpcMemHandle_t), '\0'), 0);
+      importer.Open(std::string(sizeof(hipIpcMemHandle_t), '\0'), 64);
   EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
-  EXPECT_THAT(r.status().message(), HasSubstr("need one device"));
+  EXPECT_THAT(r.status().message(), HasSubstr("cannot open the IPC handle on device 64"));
+  EXPECT_EQ(hipSetDevice(0), hipSuccess);
 }
 
 }  // namespace

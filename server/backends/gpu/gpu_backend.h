@@ -18,8 +18,8 @@
 //
 // Clients' registered shared-memory regions: system regions are page-locked
 // once at registration and move like host-pool tensors; device regions
-// (IPC handles, one device only) are read and written in place by the
-// kernels, on the lane's device.
+// (IPC handles) are read and written in place by the kernels, on lanes of
+// the region's device.
 //
 // A device that hits a sticky error stops serving: its lanes fail their
 // batches with UNAVAILABLE and Health() reports the error; other devices go

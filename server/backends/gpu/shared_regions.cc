@@ -73,11 +73,6 @@ absl::StatusOr<ImportedDeviceMemory> GpuDeviceMemoryImporter::Open(absl::string_
         "device_id ", device, " is not a device this server computes on (",
         absl::StrJoin(devices_, ", "), ")"));
   }
-  if (devices_.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device regions on the gpu backend need one device (--devices=N); this server "
-        "uses ", devices_.size()));
-  }
   if (handle.size() != sizeof(hipIpcMemHandle_t)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "raw_handle has ", handle.size(), " bytes, expected ", sizeof(hipIpcMemHandle_t)));

@@ -57,9 +57,9 @@ class GpuDeviceMemoryImporter final : public DeviceMemoryImporter {
 
   int64_t handle_bytes() const override;
   // INVALID_ARGUMENT for a device the backend does not use;
-  // FAILED_PRECONDITION when the backend uses several devices (a fused
-  // batch runs on one, which may not be the region's) or the runtime
-  // refuses the handle.
+  // FAILED_PRECONDITION when the runtime refuses the handle. Requests with
+  // tensors in the region then run on that device's lanes (BatchKey::device,
+  // DeviceAffinity).
   absl::StatusOr<ImportedDeviceMemory> Open(absl::string_view handle,
                                             int32_t device) override;
   // Closes the handle once the last region opened from it is closed.
