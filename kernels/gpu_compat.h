@@ -56,6 +56,7 @@ using hipDeviceProp_t = cudaDeviceProp;
 #define hipDeviceAttributeWarpSize cudaDevAttrWarpSize
 #define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
 #define hipGetDevice cudaGetDevice
+#define hipSetDevice cudaSetDevice
 #define hipGetDeviceCount cudaGetDeviceCount
 #define hipGetDeviceProperties cudaGetDeviceProperties
 #define hipDeviceGetAttribute cudaDeviceGetAttribute
@@ -83,6 +84,12 @@ using hipDeviceProp_t = cudaDeviceProp;
 #define hipHostMallocMapped cudaHostAllocMapped
 #define hipHostGetDevicePointer cudaHostGetDevicePointer
 #define hipHostFree cudaFreeHost
+// Device memory shared between processes (IPC handles).
+using hipIpcMemHandle_t = cudaIpcMemHandle_t;
+#define hipIpcGetMemHandle cudaIpcGetMemHandle
+#define hipIpcOpenMemHandle cudaIpcOpenMemHandle
+#define hipIpcCloseMemHandle cudaIpcCloseMemHandle
+#define hipIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 
 #if defined(__CUDACC__)
 template <class T>

@@ -130,8 +130,8 @@ ABSL_FLAG(int64_t, max_request_bytes, 0,
 ABSL_FLAG(int64_t, max_weight_bytes, int64_t{16} << 30,
           "total bytes of registered weight sets");
 ABSL_FLAG(int32_t, shm_max_regions, 1024,
-          "system shared-memory regions registered at once (inference "
-          "protocol SystemSharedMemoryRegister), 1..65536");
+          "shared-memory regions registered at once (inference protocol "
+          "SystemSharedMemoryRegister and CudaSharedMemoryRegister), 1..65536");
 ABSL_FLAG(bool, oip_require_all_inputs, false,
           "inference protocol: every input of a model (weight, bias, states) is "
           "required, and ModelConfig marks none optional (for clients such as "

@@ -9,7 +9,8 @@ out=$2
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 progs=(conv1d_server conv1d_client conv1d_load conv1d_runtime_bench conv1d_cpu_bench gpu_backend_test
-       conv1d_e2e_tests conv1d_gpu_test conv1d_kernel_bench)
+       conv1d_e2e_tests conv1d_gpu_test conv1d_kernel_bench conv1d_device_region_e2e_test
+       shared_regions_test)
 host_re='^(linux-vdso|ld-linux|libnvidia-|(libc|libm|libmvec|libpthread|libdl|librt|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda)\.so)'
 for p in "${progs[@]}"; do
   f=$(find "$build" -name CMakeFiles -prune -o -type f -name "$p" -perm -u+x -print | head -n1)

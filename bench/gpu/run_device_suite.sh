@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU checks and benchmarks of conv1d-serve on a GPU host from a
 # relocatable directory (bin/ + lib/, as made by bench/gpu/pack_device_dir.sh):
-#   1. gpu backend tests against the CPU implementation (+ e2e suite on gpu)
+#   1. gpu backend tests against the CPU implementation (+ e2e suite on gpu,
+#      + shared-memory regions: pinned system and IPC device regions)
 #   2. in-process runtime benchmark (fused vs unfused vs pinned copy ceiling)
 #   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
 #   4. soak: 2 minutes (SOAK_S seconds) at c=64, mixed shapes and ops, answers verified
@@ -49,6 +50,12 @@ step "gpu backend tests"
 if [[ -x $bin/conv1d_e2e_tests ]]; then
   step "end-to-end suite on the gpu backend"
   CONV1D_E2E_BACKEND=gpu "$bin/conv1d_e2e_tests" --gtest_brief=1 2>&1 | tee "$out/e2e_gpu.log" | tail -n 5 || status=1
+fi
+if [[ -x $bin/shared_regions_test && -x $bin/conv1d_device_region_e2e_test ]]; then
+  step "shared memory: pinned system regions and device regions (IPC) against the real server"
+  "$bin/shared_regions_test" --gtest_brief=1 2>&1 | tee "$out/shared_regions_test.log" | tail -n 5 || status=1
+  CONV1D_SERVER_BINARY="$bin/conv1d_server" "$bin/conv1d_device_region_e2e_test" --gtest_brief=1 \
+    2>&1 | tee "$out/shared_memory_e2e.log" | grep -E "large-fwd|PASSED|FAILED|Failure" || status=1
 fi
 fi
 

@@ -24,6 +24,7 @@
 #include "absl/types/span.h"
 #include "server/core/conv_problem.h"
 #include "server/core/host_buffers.h"
+#include "server/core/memory_access.h"
 #include "server/core/state_slots.h"
 
 namespace conv1d {
@@ -89,6 +90,20 @@ class Backend {
   // HeapHostBuffers). Shared with the frontends for the backend's life and
   // beyond (buffers may outlive it). Thread-safe.
   virtual std::shared_ptr<HostBufferProvider> host_buffers() const { return nullptr; }
+
+  // Page-locks clients' registered system shared-memory regions so that
+  // they move like host_buffers() memory (memory_access.h); null when the
+  // backend has no use for it (regions are then staged). Thread-safe; may
+  // outlive the backend.
+  virtual std::shared_ptr<HostMemoryPinner> host_memory_pinner() const { return nullptr; }
+
+  // Opens device memory exported by co-located processes (registered
+  // device regions, read and written in place by the backend's kernels);
+  // null when the backend cannot compute on such memory (registration is
+  // then refused). Thread-safe; may outlive the backend.
+  virtual std::shared_ptr<DeviceMemoryImporter> device_memory_importer() const {
+    return nullptr;
+  }
 
   // The decode sessions' state slots (state_slots.h), made once at start:
   // memory the backend's update computes read and write in place, as the

@@ -57,15 +57,20 @@ struct SharedMemoryRegistry::Region {
   char* data = nullptr;  // map_base + the offset's distance from its page
 
   std::shared_ptr<HostMemoryPinner> pinner;  // set when the mapping is pinned
+  // Device regions: the opened allocation, closed by `importer`.
+  std::shared_ptr<DeviceMemoryImporter> importer;
+  void* device_address = nullptr;
 
   ~Region() {
     if (pinner != nullptr) pinner->Unpin(map_base);
     if (map_base != MAP_FAILED) munmap(map_base, map_bytes);
     if (fd >= 0) close(fd);
+    if (importer != nullptr) importer->Close(device_address, info.device_id);
   }
 
   // FAILED_PRECONDITION when the object no longer backs the whole region.
   absl::Status CheckBacked() const {
+    if (info.type == RegionType::kDevice) return absl::OkStatus();
     struct stat st;
     if (fstat(fd, &st) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -107,15 +112,7 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
   }
   {
     absl::MutexLock lock(&mu_);
-    if (regions_.count(name) != 0) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "region \"", name, "\" is already registered; unregister it first"));
-    }
-    if (static_cast<int64_t>(regions_.size()) >= options_.max_regions) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "region \"", name, "\": ", regions_.size(),
-          " regions are registered, the server's limit"));
-    }
+    if (absl::Status s = CheckRoomFor(name); !s.ok()) return s;
   }
 
   auto region = std::make_shared<Region>();
@@ -153,31 +150,106 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
         "\": ", std::strerror(errno)));
   }
   region->data = static_cast<char*>(region->map_base) + (offset - map_offset);
-  if (options_.pinner != nullptr &&
-      options_.pinner->Pin(region->map_base, static_cast<int64_t>(region->map_bytes)).ok()) {
-    region->pinner = options_.pinner;
-    region->info.page_locked = true;
+  if (options_.pinner != nullptr) {
+    absl::Status pinned =
+        options_.pinner->Pin(region->map_base, static_cast<int64_t>(region->map_bytes));
+    if (pinned.ok()) {
+      region->pinner = options_.pinner;
+      region->info.page_locked = true;
+    } else {
+      region->info.pin_error = std::string(pinned.message());
+    }
   }
+  return Insert(std::move(region));
+}
 
-  absl::MutexLock lock(&mu_);
-  // Checked again: another Register of the same name may have won meanwhile.
+absl::Status SharedMemoryRegistry::RegisterDevice(absl::string_view name,
+                                                  absl::string_view raw_handle,
+                                                  int32_t device_id, int64_t byte_size) {
+  if (absl::Status s = CheckName(name); !s.ok()) return s;
+  if (options_.importer == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "region \"", name, "\": this server's backend cannot use device memory"));
+  }
+  if (byte_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region \"", name, "\": byte_size is ", byte_size, ", expected >= 1"));
+  }
+  const int64_t handle_bytes = options_.importer->handle_bytes();
+  if (static_cast<int64_t>(raw_handle.size()) != handle_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region \"", name, "\": raw_handle has ", raw_handle.size(), " bytes, expected ",
+        handle_bytes, " (an IPC memory handle)"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRoomFor(name); !s.ok()) return s;
+  }
+  absl::StatusOr<ImportedDeviceMemory> opened = options_.importer->Open(raw_handle, device_id);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("region \"", name, "\": ", opened.status().message()));
+  }
+  auto region = std::make_shared<Region>();
+  region->info.type = RegionType::kDevice;
+  region->info.name = std::string(name);
+  region->info.byte_size = byte_size;
+  region->info.raw_handle = std::string(raw_handle);
+  region->info.device_id = device_id;
+  region->importer = options_.importer;  // closes it from here on
+  region->device_address = opened->address;
+  if (opened->bytes < byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region \"", name, "\": byte_size ", byte_size, " is more than the ", opened->bytes,
+        " bytes of the exported device allocation"));
+  }
+  return Insert(std::move(region));
+}
+
+absl::Status SharedMemoryRegistry::CheckRoomFor(absl::string_view name) const {
   if (regions_.count(name) != 0) {
     return absl::AlreadyExistsError(absl::StrCat(
         "region \"", name, "\" is already registered; unregister it first"));
   }
-  region->info.id = next_id_++;
-  regions_.emplace(region->info.name, std::move(region));
+  if (static_cast<int64_t>(regions_.size()) >= options_.max_regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region \"", name, "\": ", regions_.size(),
+        " regions are registered, the server's limit"));
+  }
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
+absl::Status SharedMemoryRegistry::Insert(std::shared_ptr<Region> region) {
+  absl::MutexLock lock(&mu_);
+  // Checked again: another Register of the same name may have won meanwhile
+  // (the loser's region is released outside the lock by its caller).
+  if (absl::Status s = CheckRoomFor(region->info.name); !s.ok()) return s;
+  region->info.id = next_id_++;
+  const std::string key = region->info.name;
+  regions_.emplace(key, std::move(region));
+  return absl::OkStatus();
+}
+
+namespace {
+
+const char* TypeName(RegionType type) {
+  return type == RegionType::kDevice ? "CUDA" : "system";
+}
+
+}  // namespace
+
+absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, RegionType type) {
+  // Regions erased here are released after the lock (declared before it,
+  // destroyed after it): unpinning or closing device memory may take a while.
+  std::vector<std::shared_ptr<Region>> released;
   absl::MutexLock lock(&mu_);
   // Leases are only taken under mu_, so a region without any cannot gain
   // one while it is erased.
   if (!name.empty()) {
     auto it = regions_.find(name);
-    if (it == regions_.end()) {
-      return absl::NotFoundError(absl::StrCat("region \"", name, "\" is not registered"));
+    if (it == regions_.end() || it->second->info.type != type) {
+      return absl::NotFoundError(absl::StrCat(TypeName(type), " shared-memory region \"",
+                                              name, "\" is not registered"));
     }
     const int64_t users = it->second->leases.load();
     if (users > 0) {
@@ -185,15 +257,19 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
           "region \"", name, "\" is in use by ", users,
           " in-flight request(s); unregister it after they finish"));
     }
+    released.push_back(std::move(it->second));
     regions_.erase(it);
     return absl::OkStatus();
   }
   std::vector<std::string> busy;
   for (auto it = regions_.begin(); it != regions_.end();) {
-    if (it->second->leases.load() > 0) {
+    if (it->second->info.type != type) {
+      ++it;
+    } else if (it->second->leases.load() > 0) {
       busy.push_back(absl::StrCat("\"", it->first, "\""));
       ++it;
     } else {
+      released.push_back(std::move(it->second));
       it = regions_.erase(it);
     }
   }
@@ -205,16 +281,18 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name) {
 }
 
 absl::StatusOr<std::vector<SharedRegionInfo>> SharedMemoryRegistry::Status(
-    absl::string_view name) const {
+    absl::string_view name, RegionType type) const {
   absl::MutexLock lock(&mu_);
   std::vector<SharedRegionInfo> out;
   for (const auto& [region_name, region] : regions_) {
+    if (region->info.type != type) continue;
     if (!name.empty() && region_name != name) continue;
     out.push_back(region->info);
     out.back().in_use = region->leases.load();
   }
   if (!name.empty() && out.empty()) {
-    return absl::NotFoundError(absl::StrCat("region \"", name, "\" is not registered"));
+    return absl::NotFoundError(absl::StrCat(TypeName(type), " shared-memory region \"", name,
+                                            "\" is not registered"));
   }
   return out;
 }
@@ -249,12 +327,19 @@ absl::StatusOr<SharedSpan> SharedMemoryRegistry::Resolve(absl::string_view name,
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
   }
   span.bytes = bytes;
-  // Pageable regions are staged like heap memory (see the header).
-  span.where.kind =
-      region->info.page_locked ? MemoryKind::kSharedHost : MemoryKind::kHostHeap;
   span.where.region = region->info.id;
   span.where.offset = offset;
-  char* data = region->data + offset;
+  char* data = nullptr;
+  if (region->info.type == RegionType::kDevice) {
+    span.where.kind = MemoryKind::kSharedDevice;
+    span.where.device = region->info.device_id;
+    data = static_cast<char*>(region->device_address) + offset;
+  } else {
+    // Pageable regions are staged like heap memory (see the header).
+    span.where.kind =
+        region->info.page_locked ? MemoryKind::kSharedHost : MemoryKind::kHostHeap;
+    data = region->data + offset;
+  }
   // Aliases the region: the span keeps the mapping alive.
   span.data = std::shared_ptr<void>(std::move(region), data);
   return span;

@@ -1,7 +1,7 @@
-// SharedMemoryRegistry: the system shared-memory regions clients register
-// (Open Inference Protocol SystemSharedMemoryRegister), so that request
-// tensors are read from, and outputs written to, memory the client process
-// shares with the server instead of crossing gRPC.
+// SharedMemoryRegistry: the shared-memory regions clients register (Open
+// Inference Protocol SystemSharedMemoryRegister and CudaSharedMemoryRegister),
+// so that request tensors are read from, and outputs written to, memory the
+// client process shares with the server instead of crossing gRPC.
 //
 // A region is a byte range [offset, offset + byte_size) of a POSIX
 // shared-memory object (`key`, the shm_open name), mapped read-write once at
@@ -37,6 +37,15 @@
 // spans are kHostHeap (still naming the region and offset) and backends
 // stage them like any pageable memory.
 //
+// Device regions: an export handle (cudaIpcMemHandle_t / hipIpcMemHandle_t
+// bytes) of device memory a co-located process allocated, opened once at
+// RegisterDevice by the registry's DeviceMemoryImporter on the named device
+// and closed when the region goes (same lifetime rules as above). The
+// region may claim at most the exported allocation's bytes. Spans are
+// kSharedDevice on that device: the backend's kernels read and write them
+// in place, and the host never touches them. Without an importer (the cpu
+// and echo backends) RegisterDevice is FAILED_PRECONDITION.
+//
 // Any caller that may register may map any shared-memory object the server
 // process can open: run the server as a user that can open only what its
 // clients may hand it (as with Triton).
@@ -57,20 +66,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/memory_access.h"
 #include "server/core/tensor.h"
 
 namespace conv1d {
 
-// Page-locks host memory for a backend's DMA engines and kernels (e.g.
-// cudaHostRegister / hipHostRegister). Thread-safe.
-class HostMemoryPinner {
- public:
-  virtual ~HostMemoryPinner() = default;
-  // OK when [data, data + bytes) is now page-locked.
-  virtual absl::Status Pin(void* data, int64_t bytes) = 0;
-  // Undoes a successful Pin of `data`.
-  virtual void Unpin(void* data) = 0;
-};
+// Which protocol call registered a region: system regions
+// (SystemSharedMemoryRegister) and device regions (CudaSharedMemoryRegister)
+// share one namespace of names, as in Triton, but each call family lists and
+// unregisters only its own.
+enum class RegionType : uint8_t { kSystem, kDevice };
 
 struct SharedMemoryRegistryOptions {
   // Regions registered at once; 1 .. 65536. Register answers
@@ -79,16 +84,25 @@ struct SharedMemoryRegistryOptions {
   // Page-locks each region at registration; null: none is (see Placement
   // above).
   std::shared_ptr<HostMemoryPinner> pinner;
+  // Opens device regions; null: RegisterDevice answers FAILED_PRECONDITION
+  // (the backend cannot use device memory).
+  std::shared_ptr<DeviceMemoryImporter> importer;
 };
 
 struct SharedRegionInfo {
+  RegionType type = RegionType::kSystem;
   std::string name;
-  std::string key;
+  std::string key;          // system regions: the shm_open name
   int64_t offset = 0;     // bytes into the shared-memory object
   int64_t byte_size = 0;  // bytes of the region
   uint64_t id = 0;        // Placement::region of views into it
   int64_t in_use = 0;     // leases currently held by requests
   bool page_locked = false;  // pinned at registration: spans are kSharedHost
+  std::string pin_error;     // why the pinner refused, when it did
+  // Device regions: the export handle's bytes and the device it was opened
+  // on (spans are kSharedDevice on that device).
+  std::string raw_handle;
+  int32_t device_id = -1;
 };
 
 // Bytes inside a registered region. `data` holds the mapping alive; null
@@ -97,7 +111,9 @@ struct SharedRegionInfo {
 struct SharedSpan {
   std::shared_ptr<void> data;
   int64_t bytes = 0;
-  Placement where;  // kSharedHost, the region's id, the offset in the region
+  // kSharedHost (kHostHeap when not pinned) or kSharedDevice with its
+  // device, the region's id, the offset in the region.
+  Placement where;
   std::shared_ptr<void> lease;
 };
 
@@ -116,17 +132,32 @@ class SharedMemoryRegistry {
   absl::Status Register(absl::string_view name, absl::string_view key, int64_t offset,
                         int64_t byte_size);
 
-  // See the lifetime rules above. NOT_FOUND when `name` is not registered.
-  absl::Status Unregister(absl::string_view name);
+  // Opens the device memory `raw_handle` exports on device `device_id` and
+  // registers its first `byte_size` bytes under `name`. INVALID_ARGUMENT
+  // for a bad name, a zero size, a handle of the wrong size, a device the
+  // backend does not use, or a size past the exported allocation;
+  // ALREADY_EXISTS and RESOURCE_EXHAUSTED as Register; FAILED_PRECONDITION
+  // when there is no importer or the runtime refuses the handle. Every
+  // message names the region.
+  absl::Status RegisterDevice(absl::string_view name, absl::string_view raw_handle,
+                              int32_t device_id, int64_t byte_size);
+  // Whether RegisterDevice can succeed at all (an importer was given).
+  bool serves_device_regions() const { return options_.importer != nullptr; }
 
-  // The regions (all of them when `name` is empty), by name. NOT_FOUND when
-  // a named region is not registered.
-  absl::StatusOr<std::vector<SharedRegionInfo>> Status(absl::string_view name) const;
+  // See the lifetime rules above. Only regions of `type` are unregistered;
+  // NOT_FOUND when `name` is not a registered region of that type.
+  absl::Status Unregister(absl::string_view name, RegionType type = RegionType::kSystem);
+
+  // The regions of `type` (all of them when `name` is empty), by name.
+  // NOT_FOUND when a named region is not registered as that type.
+  absl::StatusOr<std::vector<SharedRegionInfo>> Status(
+      absl::string_view name, RegionType type = RegionType::kSystem) const;
 
   // `bytes` bytes at `offset` inside region `name`. `what` names the tensor
   // in messages ("input 'x'"). NOT_FOUND when the region is not registered;
   // INVALID_ARGUMENT when the range is negative or leaves the region;
   // FAILED_PRECONDITION when the object has shrunk under the region.
+  // Regions of both types resolve by name.
   absl::StatusOr<SharedSpan> Resolve(absl::string_view name, int64_t offset,
                                      int64_t bytes, absl::string_view what) const;
 
@@ -134,6 +165,10 @@ class SharedMemoryRegistry {
   struct Region;
   explicit SharedMemoryRegistry(const SharedMemoryRegistryOptions& options)
       : options_(options) {}
+  // ALREADY_EXISTS / RESOURCE_EXHAUSTED when `name` cannot be added now.
+  absl::Status CheckRoomFor(absl::string_view name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a prepared region (checked again under the lock).
+  absl::Status Insert(std::shared_ptr<Region> region);
 
   const SharedMemoryRegistryOptions options_;
   mutable absl::Mutex mu_;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/frontend/oip_device_regions.h"
 #include "server/frontend/oip_params.h"
 #include "server/frontend/oip_wire.h"
 #include "server/frontend/status_mapping.h"
@@ -298,6 +299,7 @@ grpc::ServerUnaryReactor* OipService::ServerMetadata(
                             "parameters", "model_repository"}) {
       r->add_extensions(ext);
     }
+    if (shm_->serves_device_regions()) r->add_extensions("cuda_shared_memory");
     return absl::OkStatus();
   });
 }
@@ -461,11 +463,8 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryStatus(
     Ctx* c, const inference::CudaSharedMemoryStatusRequest* req,
     inference::CudaSharedMemoryStatusResponse* resp) {
   return Inline("CudaSharedMemoryStatus", c, req, resp,
-                [](const inference::CudaSharedMemoryStatusRequest& q, auto*) {
-                  // No CUDA region can be registered: none to report.
-                  if (q.name().empty()) return absl::OkStatus();
-                  return absl::NotFoundError(absl::StrCat(
-                      "CUDA shared-memory region \"", q.name(), "\" is not registered"));
+                [this](const inference::CudaSharedMemoryStatusRequest& q, auto* r) {
+                  return DeviceRegionStatus(*shm_, q, r);
                 });
 }
 
@@ -474,10 +473,7 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryRegister(
     inference::CudaSharedMemoryRegisterResponse* resp) {
   return Inline("CudaSharedMemoryRegister", c, req, resp,
                 [this](const inference::CudaSharedMemoryRegisterRequest& q, auto*) {
-                  return absl::UnimplementedError(absl::StrCat(
-                      "region \"", q.name(), "\": CUDA shared memory is not served by this "
-                      "server (backend ", backend_.name,
-                      "); register system shared memory instead"));
+                  return RegisterDeviceRegion(shm_, backend_.name, q);
                 });
 }
 
@@ -485,10 +481,8 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryUnregister(
     Ctx* c, const inference::CudaSharedMemoryUnregisterRequest* req,
     inference::CudaSharedMemoryUnregisterResponse* resp) {
   return Inline("CudaSharedMemoryUnregister", c, req, resp,
-                [](const inference::CudaSharedMemoryUnregisterRequest& q, auto*) {
-                  if (q.name().empty()) return absl::OkStatus();
-                  return absl::NotFoundError(absl::StrCat(
-                      "CUDA shared-memory region \"", q.name(), "\" is not registered"));
+                [this](const inference::CudaSharedMemoryUnregisterRequest& q, auto*) {
+                  return shm_->Unregister(q.name(), RegionType::kDevice);
                 });
 }
 

@@ -14,9 +14,10 @@
 //
 // System shared memory: SystemSharedMemoryRegister/Status/Unregister drive the
 // server's SharedMemoryRegistry (shm_registry.h: unregistering a region an
-// in-flight request holds fails with FAILED_PRECONDITION). CUDA shared memory
-// is not served: CudaSharedMemoryRegister answers UNIMPLEMENTED, Status lists
-// no regions, Unregister of a name answers NOT_FOUND.
+// in-flight request holds fails with FAILED_PRECONDITION).
+// CudaSharedMemoryRegister/Status/Unregister do the same for device memory
+// exported by a co-located process (oip_device_regions.h); on a backend that
+// cannot use device memory registration is FAILED_PRECONDITION naming it.
 //
 // Sequences: requests of conv1d_update with sequence parameters
 // (sequence_id, sequence_start, sequence_end, ...) step decode sessions

@@ -192,8 +192,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(ServerOptions options) {
   service_options.limits.max_request_bytes = options.max_request_bytes > 0
                                                  ? options.max_request_bytes
                                                  : options.max_message_bytes;
+  // The backend page-locks system regions and opens device regions
+  // (memory_access.h) unless the options bring their own.
+  SharedMemoryRegistryOptions shm_options = options.shared_memory;
+  if (shm_options.pinner == nullptr) shm_options.pinner = server->backend_->host_memory_pinner();
+  if (shm_options.importer == nullptr) {
+    shm_options.importer = server->backend_->device_memory_importer();
+  }
   absl::StatusOr<std::unique_ptr<SharedMemoryRegistry>> shm =
-      SharedMemoryRegistry::Create(options.shared_memory);
+      SharedMemoryRegistry::Create(shm_options);
   if (!shm.ok()) return shm.status();
   server->shm_registry_ = std::move(*shm);
   // Both protocols submit through one submitter: one admission, one task-id

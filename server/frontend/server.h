@@ -87,7 +87,8 @@ struct ServerOptions {
   // Sum of registered weight bytes, each set counted with its bookkeeping
   // (WeightSet::footprint_bytes).
   int64_t max_weight_bytes = int64_t{16} << 30;
-  // Registered system shared-memory regions (shm_registry.h).
+  // Registered shared-memory regions (shm_registry.h); a null pinner or
+  // importer is taken from the backend.
   SharedMemoryRegistryOptions shared_memory;
   // Inference protocol: every model input is required (OipServiceOptions).
   bool oip_require_all_inputs = false;

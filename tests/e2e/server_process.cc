@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -22,7 +23,11 @@ ServerProcess::ServerProcess(std::vector<std::string> args) {
   static int counter = 0;
   log_path_ = absl::StrCat(::testing::TempDir(), "conv1d_server_", getpid(), "_",
                            counter++, ".log");
-  std::vector<std::string> argv_strings = {CONV1D_SERVER_BINARY};
+  // $CONV1D_SERVER_BINARY runs a copy of the binary elsewhere (a packed
+  // build on a GPU host); by default the one this build made.
+  const char* binary = std::getenv("CONV1D_SERVER_BINARY");
+  std::vector<std::string> argv_strings = {
+      binary != nullptr && *binary != '\0' ? binary : CONV1D_SERVER_BINARY};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_strings) argv.push_back(a.data());

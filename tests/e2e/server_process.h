@@ -1,5 +1,6 @@
-// Test helper: the real conv1d_server binary (the path CMake built) as a
-// child process, its stdout and stderr together in a temporary file.
+// Test helper: the real conv1d_server binary (the path CMake built, or
+// $CONV1D_SERVER_BINARY when set) as a child process, its stdout and stderr
+// together in a temporary file.
 //
 // Used by the suites in tests/e2e that run the binary.
 // The destructor SIGKILLs a server still running and removes the file.

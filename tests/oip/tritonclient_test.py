@@ -347,10 +347,15 @@ class SystemSharedMemory(Fixture):
         self.assertEqual(c.get_system_shared_memory_status(as_json=True).get("regions", {}), {})
 
     def test_cuda_shared_memory_is_refused_clearly(self):
-        self.expect_error("UNIMPLEMENTED", ["CUDA shared memory is not served"],
+        # The CPU backend cannot touch device memory: registration names the
+        # region and the reason; nothing is listed or can be unregistered.
+        self.expect_error("FAILED_PRECONDITION",
+                          ["\"g\"", "cpu backend cannot read or write device memory"],
                           self.client.register_cuda_shared_memory, "g", b"\0" * 64, 0, 64)
         self.assertEqual(self.client.get_cuda_shared_memory_status(as_json=True)
                          .get("regions", {}), {})
+        self.expect_error("NOT_FOUND", ["CUDA shared-memory region \"g\" is not registered"],
+                          self.client.unregister_cuda_shared_memory, "g")
 
 
 class BadInput(Fixture):

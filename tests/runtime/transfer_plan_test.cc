@@ -107,6 +107,14 @@ TEST(ChooseMoveTest, WeightsNeverStayInHostMemory) {
     EXPECT_EQ(ChooseMove(role, true, true, Kind(MemoryKind::kDeviceOwned, 0), Aligned(), 100,
                          false, streams, policy),
               Move::kInPlace);
+    EXPECT_EQ(ChooseMove(role, true, true, Kind(MemoryKind::kSharedDevice, 0), Aligned(), 100,
+                         false, streams, policy),
+              Move::kInPlace);
+    // ... unless the kernels need them in another dtype: then converted by
+    // the host like any other.
+    EXPECT_EQ(ChooseMove(role, true, true, Kind(MemoryKind::kSharedDevice, 0), Aligned(), 100,
+                         true, streams, policy),
+              Move::kConvert);
   }
 }
 

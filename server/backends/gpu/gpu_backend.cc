@@ -15,6 +15,7 @@
 #include "server/core/partitioned_state_slots.h"
 #include "server/backends/gpu/gpu_backend_internal.h"
 #include "server/backends/gpu/host_pool.h"
+#include "server/backends/gpu/shared_regions.h"
 #include "server/util/thread_pool.h"
 
 namespace conv1d {
@@ -241,6 +242,12 @@ absl::StatusOr<std::unique_ptr<GpuBackend>> GpuBackend::Create(
       options.observer->OnPoolBytes("pinned", first.index, first.pinned_pool_bytes + host_bytes);
     }
   }
+
+  std::vector<int> indices;
+  for (const auto& dev : backend->devices_) indices.push_back(dev->index);
+  backend->pinner_ = std::make_shared<gpu::GpuHostMemoryPinner>(
+      indices, /*same_address=*/backend->gather_small_host_tensors_);
+  backend->importer_ = std::make_shared<gpu::GpuDeviceMemoryImporter>(indices);
 
   // Lanes interleave over devices so that light load spreads across them.
   const int ndev = static_cast<int>(backend->devices_.size());

@@ -16,6 +16,11 @@
 // batches overlap. After start no device or pinned allocation happens
 // (gpu::AllocationCount() stays flat).
 //
+// Clients' registered shared-memory regions: system regions are page-locked
+// once at registration and move like host-pool tensors; device regions
+// (IPC handles) are read and written in place by the kernels, on lanes of
+// the region's device.
+//
 // A device that hits a sticky error stops serving: its lanes fail their
 // batches with UNAVAILABLE and Health() reports the error; other devices go
 // on.
@@ -145,6 +150,14 @@ class GpuBackend final : public Backend {
   // Page-locked from the host pool while it has room, else heap memory;
   // null when the pool is off.
   std::shared_ptr<HostBufferProvider> host_buffers() const override { return host_buffers_; }
+  // Page-locks registered system regions once (shared_regions.h): their
+  // tensors then move like the host pool's.
+  std::shared_ptr<HostMemoryPinner> host_memory_pinner() const override { return pinner_; }
+  // Opens registered device regions (shared_regions.h): the kernels read
+  // and write their tensors in place.
+  std::shared_ptr<DeviceMemoryImporter> device_memory_importer() const override {
+    return importer_;
+  }
   int64_t lane_buffer_bytes() const { return lane_buffer_bytes_; }
 
   // Per-device and per-lane state (gpu_backend_internal.h), shared with
@@ -169,6 +182,8 @@ class GpuBackend final : public Backend {
   // the backend; null when the pool is off.
   std::shared_ptr<gpu::HostPool> host_pool_;
   std::shared_ptr<HostBufferProvider> host_buffers_;
+  std::shared_ptr<HostMemoryPinner> pinner_;
+  std::shared_ptr<DeviceMemoryImporter> importer_;
   // gather_small_host_tensors is on and every device sees the host pool and
   // the lanes' copy tables at their host addresses (unified addressing).
   bool gather_small_host_tensors_ = false;

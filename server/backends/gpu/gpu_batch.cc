@@ -150,12 +150,14 @@ absl::Status GpuBackend::RunRounds(Lane& lane, const BatchKey& key,
   for (int64_t i = 0; i < n; ++i) {
     const ConvSegment& seg = *segments[i];
     if (!dw_sums[i].empty()) {
-      gpu::StoreFloats(seg.dweight.data, key.grad_weight_dtype, dw_sums[i].data(),
-                       dw_sums[i].size());
+      absl::Status st = gpu::StoreOutputFloats(seg.dweight, key.grad_weight_dtype,
+                                               dw_sums[i].data(), dw_sums[i].size());
+      if (!st.ok()) return st;
     }
     if (!db_sums[i].empty()) {
-      gpu::StoreFloats(seg.dbias.data, key.grad_weight_dtype, db_sums[i].data(),
-                       db_sums[i].size());
+      absl::Status st = gpu::StoreOutputFloats(seg.dbias, key.grad_weight_dtype,
+                                               db_sums[i].data(), db_sums[i].size());
+      if (!st.ok()) return st;
     }
   }
   return absl::OkStatus();

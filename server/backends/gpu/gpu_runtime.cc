@@ -5,6 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#if defined(CONV1D_PLATFORM_CUDA)
+#include <cuda.h>
+#endif
+
 namespace conv1d::gpu {
 namespace {
 std::atomic<int64_t> g_allocations{0};
@@ -91,6 +95,42 @@ void DeviceFree(void* ptr) {
 
 void PinnedFree(void* ptr) {
   if (ptr != nullptr) (void)hipHostFree(ptr);
+}
+
+hipError_t AllocationRange(void* ptr, void** base, int64_t* bytes) {
+#if defined(CONV1D_PLATFORM_CUDA)
+  // The driver call without linking the driver library: the server must
+  // start on machines without a driver (it then serves from the CPU).
+  using GetRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static GetRange get_range = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<GetRange>(fn);
+  }();
+  if (get_range == nullptr) return cudaErrorNotSupported;
+  CUdeviceptr b = 0;
+  size_t size = 0;
+  if (get_range(&b, &size, reinterpret_cast<CUdeviceptr>(ptr)) != CUDA_SUCCESS) {
+    return cudaErrorInvalidValue;
+  }
+  *base = reinterpret_cast<void*>(b);
+  *bytes = static_cast<int64_t>(size);
+  return cudaSuccess;
+#else
+  hipDeviceptr_t b = nullptr;
+  size_t size = 0;
+  const hipError_t err = hipMemGetAddressRange(&b, &size, ptr);
+  if (err != hipSuccess) return err;
+  *base = b;
+  *bytes = static_cast<int64_t>(size);
+  return hipSuccess;
+#endif
 }
 
 int64_t AllocationCount() { return g_allocations.load(std::memory_order_relaxed); }

@@ -29,6 +29,10 @@
 #define hipMemcpy2DAsync cudaMemcpy2DAsync
 #define hipMemset2DAsync cudaMemset2DAsync
 #define hipErrorMemoryAllocation cudaErrorMemoryAllocation
+#define hipHostRegister cudaHostRegister
+#define hipHostUnregister cudaHostUnregister
+#define hipHostRegisterPortable cudaHostRegisterPortable
+#define hipHostRegisterMapped cudaHostRegisterMapped
 #endif
 
 namespace conv1d::gpu {
@@ -62,6 +66,11 @@ hipError_t DeviceAlloc(void** ptr, int64_t bytes);
 hipError_t PinnedAlloc(void** ptr, int64_t bytes, bool portable = false);
 void DeviceFree(void* ptr);
 void PinnedFree(void* ptr);
+
+// The allocation `ptr` points into: its base and size (cuMemGetAddressRange
+// through the runtime's driver entry point on CUDA, hipMemGetAddressRange
+// on HIP), on the current device.
+hipError_t AllocationRange(void* ptr, void** base, int64_t* bytes);
 
 // Number of DeviceAlloc + PinnedAlloc calls made by this process so far.
 int64_t AllocationCount();

@@ -68,11 +68,24 @@ void* AddressOf(const RoundPlan::Tensor& t, char* lane_buffer, const DeviceWeigh
   }
 }
 
-// Converts weights the kernels do not take in their dtype to fp32 staging.
-void ConvertWeights(const BatchKey& key, const ConvSegment& seg, Role role, float* dst) {
+// Converts weights the kernels do not take in their dtype to fp32 staging;
+// weights in device memory are copied back first.
+absl::Status ConvertWeights(const BatchKey& key, const ConvSegment& seg, Role role,
+                            float* dst) {
   const int64_t n = role == Role::kWeight ? key.dim * key.width : key.dim;
   const void* src = seg.data(role);
+  thread_local std::vector<char> host_copy;
+  if (seg.where(role).on_device()) {
+    const int64_t bytes = n * DTypeSize(key.weight_dtype);
+    host_copy.resize(static_cast<size_t>(bytes));
+    absl::Status st = GpuStatus(
+        hipMemcpy(host_copy.data(), src, static_cast<size_t>(bytes), hipMemcpyDeviceToHost),
+        absl::StrCat("copying ", RoleName(role), " back from device memory"));
+    if (!st.ok()) return st;
+    src = host_copy.data();
+  }
   for (int64_t k = 0; k < n; ++k) dst[k] = LoadAsFloat(src, key.weight_dtype, k);
+  return absl::OkStatus();
 }
 
 // Appends copy-kernel chunks; false when the table is full (the plan keeps
@@ -102,6 +115,21 @@ void StoreFloats(void* dst, DType dtype, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) StoreFromFloat(dst, dtype, i, src[i]);
 }
 
+absl::Status StoreOutputFloats(const OutputView& out, DType dtype, const float* src,
+                               int64_t n) {
+  if (!out.where.on_device()) {
+    StoreFloats(out.data, dtype, src, n);
+    return absl::OkStatus();
+  }
+  thread_local std::vector<char> host_copy;
+  const int64_t bytes = n * DTypeSize(dtype);
+  host_copy.resize(static_cast<size_t>(bytes));
+  StoreFloats(host_copy.data(), dtype, src, n);
+  return GpuStatus(
+      hipMemcpy(out.data, host_copy.data(), static_cast<size_t>(bytes), hipMemcpyHostToDevice),
+      "copying a weight gradient to device memory");
+}
+
 absl::Status ExecuteRound(GpuBackend::Lane& lane, GpuBackend::Device& dev,
                           const RoundPlan& plan, const RoundContext& ctx, BatchStats* stats) {
   const BatchKey& key = *ctx.key;
@@ -120,7 +148,9 @@ absl::Status ExecuteRound(GpuBackend::Lane& lane, GpuBackend::Device& dev,
       const RoundPlan::Tensor& tensor = plan.tensors[p][i];
       t.set(role, AddressOf(tensor, lane.buffer, &ctx.resident[pc.segment], role));
       if (tensor.move == Move::kConvert) {
-        ConvertWeights(key, seg, role, reinterpret_cast<float*>(lane.pinned + tensor.lane_offset));
+        absl::Status st = ConvertWeights(
+            key, seg, role, reinterpret_cast<float*>(lane.pinned + tensor.lane_offset));
+        if (!st.ok()) return st;
       }
     }
     t.batch = pc.b_count;
@@ -247,7 +277,8 @@ absl::Status ExecuteRound(GpuBackend::Lane& lane, GpuBackend::Device& dev,
       const int64_t count = role == Role::kDweight ? key.dim * key.width : key.dim;
       const float* src = reinterpret_cast<const float*>(lane.pinned + t.lane_offset);
       if (ctx.pieces_of[pc.segment] == 1) {
-        StoreFloats(out.data, key.grad_weight_dtype, src, count);
+        absl::Status st = StoreOutputFloats(out, key.grad_weight_dtype, src, count);
+        if (!st.ok()) return st;
         continue;
       }
       std::vector<float>& acc =

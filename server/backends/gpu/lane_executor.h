@@ -48,6 +48,12 @@ absl::Status ExecuteRound(GpuBackend::Lane& lane, GpuBackend::Device& device,
 // Writes n fp32 values as `dtype` (plain copy for fp32).
 void StoreFloats(void* dst, DType dtype, const float* src, int64_t n);
 
+// StoreFloats into a request's output, wherever it is: host memory
+// directly, device memory (a device region) through a host copy and a
+// synchronous copy to the device.
+absl::Status StoreOutputFloats(const OutputView& out, DType dtype, const float* src,
+                               int64_t n);
+
 }  // namespace conv1d::gpu
 
 #endif  // CONV1D_SERVER_BACKENDS_GPU_LANE_EXECUTOR_H_

@@ -72,7 +72,9 @@ Move ChooseMove(Role role, bool used, bool present, const Placement& where,
   if (!present) return IsOutput(role) ? Move::kDiscard : Move::kNone;
   if (role == Role::kWeight || role == Role::kBias) {
     if (piece.weights_resident) return Move::kResident;
-    if (convert_weights && !where.on_device()) return Move::kConvert;
+    // The kernels take weights in x's dtype or fp32 only, wherever they are
+    // (device weights are brought back to be converted: D * W elements).
+    if (convert_weights) return Move::kConvert;
     // Every tile of a row reads the weights: host weights never stay put.
     return MoveOfRequestMemory(where, address, bytes, /*may_stay=*/false, policy);
   }

@@ -48,11 +48,11 @@ enum class Move : uint8_t {
   // Weights already on the device (the weight cache).
   kResident,
   // Weights in a dtype the kernels do not take: converted to fp32 by the
-  // host into staging.
+  // host into staging (weights in device memory are copied back first).
   kConvert,
   // dweight / dbias: an fp32 partial per piece in the lane buffer, brought
   // back through staging and summed or converted into the request by the
-  // host.
+  // host (and copied to the request's device memory when it is there).
   kHostReduce,
 };
 
