@@ -215,7 +215,7 @@ common=(--target=127.0.0.1:50191 --warmup_s=1 --window_s=$odur --duration_s=$odu
 "$bin/conv1d_load" "${common[@]}" --protocol=v1,oip --memory=grpc \
   --preset=decode-fwd,small-fwd,large-fwd --concurrency=64 --csv="$out/oip-c64.csv" \
   >"$out/oip-c64.log" 2>&1 || status=1
-"$bin/conv1d_load" "${common[@]}" --protocol=oip --memory=${OIP_MEMORY:-grpc,system} \
+"$bin/conv1d_load" "${common[@]}" --protocol=oip --memory=${OIP_MEMORY:-grpc,system,device} \
   --preset=large-fwd --concurrency=8 --csv="$out/oip-c8.csv" >"$out/oip-c8.log" 2>&1 || status=1
 kill -TERM $pid; wait $pid || status=1
 { cat "$out/oip-c64.csv"; tail -n +2 "$out/oip-c8.csv"; } >"$out/oip-$device-$day.csv" 2>/dev/null

@@ -137,9 +137,10 @@ ABSL_FLAG(std::string, protocol, "",
           "throughput_rps,p50_us,p99_us,requests,errors,verified,wrong,gbps. Default v1.");
 ABSL_FLAG(std::string, memory, "",
           "Where request tensors travel, a comma list: grpc (bytes in the messages, default) "
-          "or system (inputs and outputs in a POSIX shared-memory region registered with "
-          "SystemSharedMemoryRegister, messages carrying references; fwd workloads, "
-          "--concurrency only).");
+          "system (inputs and outputs in a POSIX shared-memory region registered with "
+          "SystemSharedMemoryRegister, messages carrying references) or, in GPU builds, device "
+          "(device memory of device 0 shared through an IPC handle, CudaSharedMemoryRegister); "
+          "fwd workloads, --concurrency only.");
 ABSL_FLAG(std::string, mode, "",
           "Session workloads instead of requests: 'session' (one Decode stream per chain, "
           "x only on the wire), 'unary-decode-fwd' (a Forward per step with "

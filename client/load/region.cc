@@ -116,7 +116,18 @@ class SystemRegion final : public TensorRegion {
 
 }  // namespace
 
-bool IsRegionKind(absl::string_view kind) { return kind == "system"; }
+#ifdef CONV1D_LOAD_DEVICE_REGIONS
+// region_device.cc (GPU builds).
+absl::StatusOr<std::unique_ptr<TensorRegion>> CreateDeviceTensorRegion(const std::string& name,
+                                                                       int64_t bytes);
+#endif
+
+bool IsRegionKind(absl::string_view kind) {
+#ifdef CONV1D_LOAD_DEVICE_REGIONS
+  if (kind == "device") return true;
+#endif
+  return kind == "system";
+}
 
 absl::StatusOr<std::unique_ptr<TensorRegion>> CreateRegion(absl::string_view kind,
                                                            const std::string& name,
@@ -125,8 +136,15 @@ absl::StatusOr<std::unique_ptr<TensorRegion>> CreateRegion(absl::string_view kin
     return absl::InvalidArgumentError(absl::StrCat("region ", name, ": ", bytes, " bytes"));
   }
   if (kind == "system") return SystemRegion::Create(name, bytes);
+#ifdef CONV1D_LOAD_DEVICE_REGIONS
+  if (kind == "device") return CreateDeviceTensorRegion(name, bytes);
   return absl::InvalidArgumentError(
-      absl::StrCat("--memory: '", kind, "' is not a memory kind (grpc, system)"));
+      absl::StrCat("--memory: '", kind, "' is not a memory kind (grpc, system, device)"));
+#else
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--memory: '", kind, "' is not a memory kind (grpc, system; device needs a build of "
+      "conv1d_load with a GPU toolchain)"));
+#endif
 }
 
 }  // namespace conv1d

@@ -35,7 +35,7 @@ class TensorRegion {
   // The name the server knows the region by.
   virtual const std::string& name() const = 0;
   virtual int64_t bytes() const = 0;
-  virtual const char* kind() const = 0;  // "system"
+  virtual const char* kind() const = 0;  // "system" or "device"
   // Copies in or out; INVALID_ARGUMENT when the range is outside.
   virtual absl::Status Write(int64_t offset, const void* src, int64_t n) = 0;
   virtual absl::Status Read(int64_t offset, void* dst, int64_t n) const = 0;
@@ -47,7 +47,9 @@ class TensorRegion {
                                   const std::string& authorization) = 0;
 };
 
-// The memory kinds CreateRegion makes ("system").
+// The memory kinds CreateRegion makes ("system"; "device" in builds with a
+// GPU toolchain: device memory of device 0 shared through an IPC handle,
+// region_device.cc).
 bool IsRegionKind(absl::string_view kind);
 
 // A new region of `bytes` bytes of kind `kind` ("system": a POSIX
