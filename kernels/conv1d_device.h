@@ -219,6 +219,13 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+// Elements between the 16-byte boundary at or below `row` and `row` (the
+// shifted vector grid, kVecShifted).
+template <class S>
+__device__ __forceinline__ int row_shift(const S* row) {
+  return static_cast<int>((reinterpret_cast<uintptr_t>(row) & 15u) / sizeof(S));
+}
+
 // x̃ at position q of row `row` for q < L: x when q >= 0, else the initial
 // state (zeros when absent). Used for halos that fall outside the team.
 template <class T>

@@ -45,6 +45,15 @@ bool CfVecShape(const Conv1dProblem& p, int64_t L) {
   return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || (!bwd && L / ne > kTeam));
 }
 
+// Whether a forward row of length L that the vector path cannot take as
+// whole vectors runs on the shifted vector grid (kVecShifted): long rows
+// only (more than a team's worth of vectors), since short rows have their
+// own staged path.
+bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
+  const int64_t ne = 16 / ElemBytes(p.x_type);
+  return p.op == KernelOp::kForward && L % ne != 0 && L / ne > kTeam;
+}
+
 // The channel-first fast path's layout of a segment of B rows of length L
 // on the vector (vec) or scalar path: its scheduling fields, its tiles and
 // (backward, unless direct) its dweight partials in floats.
@@ -241,11 +250,15 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     s.rows_per_tile = 1;
     bool walk = false;  // backward: one tile per channel walks its B rows
     if (path == kPathFastChannelFirst) {
-      const bool vec = CfVecShape(p, L) && Aligned(s.in(Role::kX), 16) &&
-                       (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16)
-                            : Aligned(s.out(Role::kY), 16));
-      const CfLayout c = CfSegmentLayout(p, B, L, vec, short_steps);
-      s.vec = vec;
+      const bool aligned = Aligned(s.in(Role::kX), 16) &&
+                           (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16)
+                                : Aligned(s.out(Role::kY), 16));
+      const bool vec = CfVecShape(p, L) && aligned;
+      const bool shifted = !vec && aligned && CfShiftedShape(p, L);
+      // Shifted rows span at most ne - 1 more grid elements than L.
+      const int64_t ne = 16 / esize;
+      const CfLayout c = CfSegmentLayout(p, B, shifted ? L + ne - 1 : L, vec || shifted, short_steps);
+      s.vec = shifted ? kVecShifted : vec;
       s.per_lane = c.per_lane;
       s.nchunks = c.nchunks;
       s.lanes_per_row = c.lanes_per_row;

@@ -84,11 +84,19 @@ struct Conv1dSegment {
   int64_t ws_counter_offset = 0;  // reserved (0)
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
-  int32_t vec = 0;                // 1: 16-byte vector path is legal
+  int32_t vec = 0;                // 1: 16-byte vector path is legal;
+                                  // kVecShifted: forward long rows of
+                                  // any length on the vector grid
   int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };
+
+// Conv1dSegment::vec of channel-first forward long rows whose starts are
+// not 16-byte aligned (L not a whole number of vectors): the kernel works
+// on the aligned 16-byte grid that begins up to one vector before each
+// row (x and y must share that offset: both tensors 16-byte aligned).
+inline constexpr int32_t kVecShifted = 2;
 
 // The sizes of one segment, all the workspace query needs.
 struct Conv1dSegmentSize {

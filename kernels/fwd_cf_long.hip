@@ -1,6 +1,7 @@
 // Forward, channel-first long rows and the scalar path (fwd_cf_kernel): a
 // 32-lane team per row chunk of per_lane slots (fp32 vectors pass halos by
-// shuffle where they fit, else each lane loads its own), and short scalar
+// shuffle where they fit, else each lane loads its own; rows of any length
+// on the shifted vector grid, kVecShifted), and short scalar
 // rows a tile of rows at a time through shared memory
 // (fwd_cf_rows_staged). fp32 launches cover every tile from 0 and skip the
 // short range; 16-bit launches start at the long range.
@@ -140,7 +141,12 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
 // lane. Data stay in storage format until used; every load is issued before
 // the first use. The left halo (x̃ at pos-(W-1) .. pos-1) comes from the
 // neighbouring lane by shuffle; only the chunk's first lane loads its own.
-template <class T, int N, int W>
+// kShift (seg.vec == kVecShifted): rows of any length on the vector path.
+// Slots then sit on the 16-byte grid that starts o = (row start mod 16
+// bytes) elements before the row; elements before the row are replaced by
+// x̃ (initial state or zero), and the partial vectors at the row's ends
+// are stored element by element.
+template <class T, int N, int W, bool kShift>
 __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
@@ -151,21 +157,25 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   const S* x = static_cast<const S*>(seg.in(Role::kX));
   S* y = static_cast<S*>(seg.out(Role::kY));
 
-  // Slot j of this lane: in-row offset pos0 + j * kTeam * N.
+  // Slot j of this lane: grid offset pos0 + j * kTeam * N, in-row offset
+  // that minus o.
   const int V = seg.per_lane;
   const int64_t nchunks = seg.nchunks;
   const int64_t row0 = div_fast(local, nchunks);
   const int64_t chunk = local - row0 * nchunks;
+  const S* xrow = x + row0 * L;
+  const int o = kShift ? row_shift<S>(xrow) : 0;
+  const int64_t Lx = L + o;  // the row's end on the grid
   const int64_t pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
   const int64_t jstride = kTeam * N;
   const bool first = lane == 0;
   bool on[kMax];
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) on[j] = j < V && pos0 + j * jstride < L;
+  for (int j = 0; j < kMax; ++j) on[j] = j < V && pos0 + j * jstride < Lx;
   // hist: the halos this lane loads itself (every slot on the scalar path;
   // slot 0 of the chunk's first lane otherwise).
   constexpr int kOwn = kShuffle ? 1 : kMax;
-  const S* xb = x + row0 * L + pos0;
+  const S* xb = xrow - o + pos0;
   S xs[kMax][N];
   float hist[kOwn][kH];
 #pragma unroll
@@ -182,7 +192,22 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
     for (int i = 0; i < kH; ++i) hist[j][i] = 0.0f;
     if (on[j] && (!kShuffle || first)) {
-      load_left<T, N, W>(p, seg, x + row0 * L, row0, pos0 + j * jstride, hist[j]);
+      if constexpr (kShift) {
+        const int64_t pos = pos0 + j * jstride - o;
+#pragma unroll
+        for (int i = 0; i < kH; ++i) hist[j][i] = x_tilde_cf<T>(p, seg, xrow, row0, pos - kH + i, W);
+      } else {
+        load_left<T, N, W>(p, seg, xrow, row0, pos0 + j * jstride, hist[j]);
+      }
+    }
+  }
+  if constexpr (kShift) {
+    // The elements of the grid's first vector that lie before the row.
+    if (pos0 == 0) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if (e < o) xs[0][e] = T::from_f(x_tilde_cf<T>(p, seg, xrow, row0, e - o, W));
+      }
     }
   }
   float w[W], bias = 0.0f;
@@ -192,7 +217,8 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
     for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
     if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
   }
-  S* yb = y + row0 * L + pos0;
+  S* yrow = y + row0 * L;
+  S* yb = yrow - o + pos0;
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
     float xf[N + kH];  // x̃ at pos-(W-1) .. pos+N-1
@@ -221,10 +247,19 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
         for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
         out[e] = act_fwd(z, p.silu);
       }
-      store_f<T, N>(yb + j * jstride, out);
+      const int64_t g = pos0 + j * jstride;
+      if (!kShift || (g >= N && g + N <= Lx)) {
+        store_f<T, N>(yb + j * jstride, out);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const int64_t t = g + e - o;
+          if (t >= 0 && t < L) yrow[t] = T::from_f(out[e]);
+        }
+      }
     }
   }
-  if (p.ret_final && first && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, x + row0 * L, row0);
+  if (p.ret_final && first && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row0);
 }
 
 template <class T, int W>
@@ -237,10 +272,13 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>
     if (is_stream_tile<T>(seg) || is_short_tile(seg)) return;
     const int64_t local = tile - seg.tile_begin;
     if (seg.vec) {
-      if constexpr (sizeof(typename T::S) != 2) fwd_cf_team<T, kVecElts<T>, W>(p, seg, local, lane);
+      if constexpr (sizeof(typename T::S) != 2) {
+        if (seg.vec == kVecShifted) fwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
+        else fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
+      }
     } else {
       if (seg.rows_per_tile > 1) fwd_cf_rows_staged<T, W>(p, seg, local, lane, stage[team]);
-      else fwd_cf_team<T, 1, W>(p, seg, local, lane);
+      else fwd_cf_team<T, 1, W, false>(p, seg, local, lane);
     }
   };
   if constexpr (sizeof(typename T::S) == 2) {

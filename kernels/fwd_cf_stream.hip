@@ -1,6 +1,7 @@
 // Forward, channel-first 16-bit long rows on the vector path
 // (fwd_cf_stream_kernel): a team walks one chunk of a row with x of the next
-// steps in flight in a shared-memory ring.
+// steps in flight in a shared-memory ring; rows of any length on the shifted
+// vector grid (kVecShifted).
 #include "kernels/fwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -23,8 +24,11 @@ using detail::WidthSwitch;
 // lane 31's tail of the previous step (lane 31 carries it; before step 0
 // it holds the chunk's left halo, loaded directly). Only the row's last
 // step can be partial (L % N == 0): its lanes at or past L read zeros and
-// store nothing.
-template <class T, int W, bool kSilu>
+// store nothing. kShift (kVecShifted): rows of any length, their steps on
+// the 16-byte grid that starts o elements before the row (o < N); elements
+// before the row read as x̃, and vectors that straddle either end of the
+// row are stored element by element.
+template <class T, int W, bool kSilu, bool kShift>
 __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
                                                    int64_t local, int lane, uint4 (*stage)[kTeam]) {
   using S = typename T::S;
@@ -40,18 +44,23 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   const int V = seg.per_lane;
   const int64_t row = div_fast(local, nchunks);
   const int64_t chunk = local - row * nchunks;
+  const S* xrow = static_cast<const S*>(seg.in(Role::kX)) + row * L;
+  S* yrow = static_cast<S*>(seg.out(Role::kY)) + row * L;
+  const int o = kShift ? row_shift<S>(xrow) : 0;
+  const int64_t Lx = L + o;  // the row's end on the grid
   const int64_t c0 = chunk * V * kStep;
-  const int64_t rem = L - c0;
-  const int nsteps = rem >= static_cast<int64_t>(V) * kStep ? V : static_cast<int>((rem + kStep - 1) / kStep);
-  const bool partial = c0 + static_cast<int64_t>(nsteps) * kStep > L;  // the row's last step, partial
+  const int64_t rem = Lx - c0;
+  const int nsteps = rem >= static_cast<int64_t>(V) * kStep ? V
+                     : rem <= 0                             ? 0
+                                                            : static_cast<int>((rem + kStep - 1) / kStep);
+  const bool partial = c0 + static_cast<int64_t>(nsteps) * kStep > Lx;  // the row's last step, partial
   const bool last = lane == kTeam - 1;
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
-  const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
+  const int64_t lpos = c0 + lane * N;  // this lane's grid position in step 0
   // Steps in which this lane lies inside the row.
-  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
-  const S* xrow = static_cast<const S*>(seg.in(Role::kX)) + row * L;
-  const S* xp = xrow + lpos;
-  S* yp = static_cast<S*>(seg.out(Role::kY)) + row * L + lpos;
+  const int lsteps = !partial ? nsteps : lpos >= Lx ? 0 : static_cast<int>((Lx - lpos + kStep - 1) / kStep);
+  const S* xp = xrow - o + lpos;
+  S* yp = yrow - o + lpos;
 
   // Step st's vector into slot `slot` (zeros past the chunk or the row).
   // One group per call.
@@ -66,7 +75,14 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
 #pragma unroll
   for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-  if (last) load_left<T, N, W>(p, seg, xrow, row, c0, carry);
+  if (last) {
+    if constexpr (kShift) {
+#pragma unroll
+      for (int i = 0; i < kH; ++i) carry[i] = x_tilde_cf<T>(p, seg, xrow, row, c0 - o - kH + i, W);
+    } else {
+      load_left<T, N, W>(p, seg, xrow, row, c0, carry);
+    }
+  }
   float w[W], bias = 0.0f;
   {
     const int64_t d = mod_fast(row, p.dim);
@@ -87,6 +103,14 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
       unpack_words<T>(xb, xv);
 #pragma unroll
       for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+      if constexpr (kShift) {
+        if (lpos == 0 && st == 0) {  // the grid's first vector: before the row, x̃
+#pragma unroll
+          for (int e = 0; e < N; ++e) {
+            if (e < o) xf[kH + e] = x_tilde_cf<T>(p, seg, xrow, row, e - o, W);
+          }
+        }
+      }
     }
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
@@ -102,7 +126,18 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
       for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
       out[e] = kSilu ? silu_f(z) : z;
     }
-    if (st < lsteps) store_words(yp + static_cast<int64_t>(st) * kStep, pack_words<T>(out));
+    if (st < lsteps) {
+      const int64_t g = lpos + static_cast<int64_t>(st) * kStep;
+      if (!kShift || (g >= N && g + N <= Lx)) {
+        store_words(yp + static_cast<int64_t>(st) * kStep, pack_words<T>(out));
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const int64_t t = g + e - o;
+          if (t >= 0 && t < L) yrow[t] = T::from_f(out[e]);
+        }
+      }
+    }
   }
   copy_async_wait<0>();  // the ring is free for the team's next tile
   if (p.ret_final && lane == 0 && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row);
@@ -131,7 +166,11 @@ __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, detail::FwdSt
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!stream_tile_head<T>(seg)) continue;
     BoolSwitch(p.silu, [&](auto silu) {
-      fwd_cf_stream_team<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      if (seg.vec == kVecShifted) {
+        fwd_cf_stream_team<T, W, decltype(silu)::value, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      } else {
+        fwd_cf_stream_team<T, W, decltype(silu)::value, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      }
     });
   }
 }

@@ -1,0 +1,111 @@
+// GPU kernel tests of the forward's shifted vector grid (kVecShifted):
+// channel-first long rows whose length is not a whole number of 16-byte
+// vectors, so that most rows start between vector boundaries. Every width
+// of the fast path, every dtype pair, with and without initial/final
+// states, alone and fused with aligned rows, against the float64
+// reference; and the planner's choice of path. Skip without a device
+// (the planner test runs everywhere).
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tests/gpu/gpu_check.h"
+#include "tests/gpu/gpu_harness.h"
+
+namespace conv1d::testing {
+namespace {
+
+using kernels::KernelLayout;
+using kernels::KernelOp;
+
+// Lengths just past a vector multiple and far from one, short of a team's
+// worth of fp32 vectors times two, and long enough for several chunks.
+constexpr int64_t kLengths[] = {129 * 4 + 1, 1001, 2050, 4093, 8191};
+
+TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
+  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  std::mt19937_64 rng = TestRng();
+  uint32_t n = 0;
+  for (const Pair& pr : kPairs) {
+    for (int W = 2; W <= 8; ++W) {  // the fast path's widths
+      ++n;
+      const int64_t L = kLengths[n % std::size(kLengths)];
+      // Odd D and B > 1: consecutive rows start at every offset mod 16 bytes.
+      const int64_t D = n % 2 ? 7 : 5;
+      // States on and off, SiLU and bias cycled.
+      const uint32_t bits = (n % 2 ? 0x0cu : 0x00u) | (n % 3 == 0 ? 0x1u : 0x0u) | (n % 4 < 2 ? 0x2u : 0x0u);
+      const Conv1dProblem p = MakeProblem(KernelOp::kForward, pr, KernelLayout::kChannelFirst, D, W, bits);
+      EXPECT_EQ(RunOneSegment(p, 3, L, rng), "") << "W=" << W << " L=" << L << " bits=" << bits;
+    }
+  }
+}
+
+// A fused launch of rows of random lengths 1..4096 (aligned, shifted,
+// short) gives the reference's values and the same bytes as each segment
+// alone.
+TEST(Conv1dShiftedRows, MixedLengthsFusedEqualSeparate) {
+  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  std::mt19937_64 rng = TestRng();
+  std::uniform_int_distribution<int64_t> ldist(1, 4096), bdist(1, 2);
+  for (const Pair& pr : {kPairs[0], kPairs[2], kPairs[3]}) {
+    for (int W : {3, 4, 8}) {
+      const Conv1dProblem p = MakeProblem(KernelOp::kForward, pr, KernelLayout::kChannelFirst, 6, W, 0x0f);
+      std::vector<SegmentData> segs(24);
+      for (auto& s : segs) {
+        s.batch = bdist(rng);
+        s.seqlen = ldist(rng);
+        MakeInputs(p, &s, rng);
+      }
+      std::vector<SegmentData> fused = segs;
+      ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, segs);
+      ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, segs);
+      for (size_t i = 0; i < segs.size(); i += 5) {
+        std::vector<SegmentData> one{segs[i]};
+        ASSERT_EQ(RunFused(p, &one), "");
+        EXPECT_EQ(fused[i].y.bytes, one[0].y.bytes) << "segment " << i;
+        EXPECT_EQ(fused[i].final_states.bytes, one[0].final_states.bytes) << "segment " << i;
+      }
+    }
+  }
+}
+
+// The planner puts aligned forward long rows of other lengths on the
+// shifted grid, and keeps short rows, whole-vector rows, misaligned
+// tensors and the backward off it.
+TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongForwardRowsOnly) {
+  alignas(16) static float buf[64];
+  Conv1dProblem p;
+  p.dim = 4;
+  p.width = 4;
+  auto plan_vec = [&](KernelOp op, kernels::ScalarType t, int64_t L, int misalign) {
+    Conv1dProblem q = p;
+    q.op = op;
+    q.x_type = q.weight_type = t;
+    kernels::Conv1dSegment s;
+    char* base = reinterpret_cast<char*>(buf) + misalign * 2;
+    s.set(Role::kX, base);
+    s.set(Role::kWeight, buf);
+    s.set(op == KernelOp::kForward ? Role::kY : Role::kDx, base);
+    if (op == KernelOp::kBackward) {
+      s.set(Role::kDout, base);
+      s.set(Role::kDweight, buf);
+    }
+    s.batch = 1;
+    s.seqlen = L;
+    kernels::Conv1dPlanInfo plan;
+    EXPECT_EQ(kernels::Conv1dPlan(q, &s, 1, &plan), hipSuccess);
+    return s.vec;
+  };
+  using kernels::ScalarType;
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 1001, 0), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 4093, 0), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 1000, 0), 1);
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 101, 0), 0);  // short rows
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 4093, 1), 0);  // misaligned
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0), 0);
+}
+
+}  // namespace
+}  // namespace conv1d::testing
