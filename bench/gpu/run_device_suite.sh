@@ -9,7 +9,10 @@
 #   5. sessions (not in the default set): decode sessions against unary
 #      decode-fwd steps, c=1 and 64, every step verified, written to
 #      sessions-<device>-<date>.csv, with a per-thread CPU snapshot of the
-#      server and the load generator during the c=64 session run
+#      server and the load generator during the c=64 session run; then
+#      (SESSIONS_CEILING=echo, the default; none skips it) the same runs
+#      against the echo backend, the generator's and transport's ceiling,
+#      to sessions-echo-<device>-<date>.csv
 #   6. session-soak (not in the default set): SESSION_SOAK_S seconds (600)
 #      of SESSION_SOAK_C (1000) concurrent decode sessions, each a chain of
 #      1..200 steps of 1..8 tokens, every step verified; open sessions and
@@ -162,6 +165,26 @@ awk 'NR == FNR {a[$1] = $2; next} {d[$1] = $2 - a[$1]}
       d["conv1d_session_steps_per_launch_sum"] / (d["conv1d_session_steps_per_launch_count"] + 1e-9) }' \
   "$out/sessions-metrics-before.txt" "$out/sessions-metrics-after.txt" | tee -a "$out/sessions.log"
 kill -TERM $pid; wait $pid || status=1
+# The ceiling of the same generator and transport: the same runs against
+# the echo backend (sessions in host slots, no compute, no device).
+if [[ ${SESSIONS_CEILING:-echo} == echo ]]; then
+  step "sessions ceiling: the same runs against the echo backend"
+  "$bin/conv1d_server" --backend=echo --listen=127.0.0.1:50171 \
+    --metrics_listen=127.0.0.1:50172 --log_level=warn >"$out/server-sessions-echo.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50171 >/dev/null 2>&1 && break; sleep 0.2; done
+  # Echo answers y = x, so its steps are not checked (a ceiling that does
+  # not pay for the check: the gpu/echo ratio errs low).
+  "$bin/conv1d_load" "${sess[@]}" --mode=session,unary-decode-fwd --concurrency=1,64 --verify_steps=false \
+    --warmup_s=1 --duration_s=${SESSIONS_S:-4} --csv="$out/sessions-echo-$device-$day.csv" \
+    >"$out/sessions-echo.log" 2>&1 || status=1
+  kill -TERM $pid; wait $pid || status=1
+  # gpu rows beside the echo rows: steps/s and p50 as a share of echo's.
+  awk -F, 'NR == FNR {if (FNR > 1) {r[$1 "," $2] = $3; p[$1 "," $2] = $4}; next}
+    FNR == 1 {print "mode,concurrency,gpu_steps_per_s,echo_steps_per_s,gpu_over_echo,gpu_p50_us,echo_p50_us"; next}
+    {k = $1 "," $2; printf "%s,%.1f,%.1f,%.3f,%.1f,%.1f\n", k, $3, r[k], $3 / (r[k] + 1e-9), $4, p[k]}' \
+    "$out/sessions-echo-$device-$day.csv" "$out/sessions-$device-$day.csv" | tee -a "$out/sessions.log"
+fi
 fi
 
 if want session-soak; then
