@@ -2,6 +2,7 @@
 // planning of the ragged segment table (tiles, workspace layout, vector-path
 // legality per segment) and the dispatch to the kernel families.
 #include <cstdint>
+#include <vector>
 
 #include "kernels/conv1d_internal.h"
 #include "kernels/conv1d_kernels.h"
@@ -237,11 +238,16 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       short_steps *= 2;
     }
   }
+  // First pass, in the caller's order: each segment's path, tiles and
+  // workspace floats, and its kernel family (kind).
+  std::vector<int8_t> kinds(static_cast<size_t>(n));
+  std::vector<int64_t> seg_tiles(static_cast<size_t>(n)), seg_floats(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
     const int64_t B = s.batch, L = s.seqlen;
     s.tile_begin = tiles;
-    s.ws_counter_offset = 0;
+    s.source_index = i;
+    const int64_t floats_before = floats;
     s.ws_partial_offset = floats;
     s.ws_grad_offset = floats;
     s.vec = 0;
@@ -302,9 +308,43 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
                      : s.rows_per_tile > 1 ? 1
                      : walk ? 3
                      : esize == 2 ? 2 : 0;
-    if (tiles > s.tile_begin) {
-      if (lo[kind] < 0) lo[kind] = s.tile_begin;
-      hi[kind] = tiles;
+    kinds[i] = static_cast<int8_t>(kind);
+    seg_tiles[i] = tiles - s.tile_begin;
+    seg_floats[i] = floats - floats_before;
+  }
+  // Second pass: the segments ordered by family (stable; long-range
+  // families first, so that the fp32 long launch from tile 0 covers only
+  // its own), then their tiles and workspace numbered in that order. Each
+  // family's tiles are then one contiguous range that its kernel walks
+  // without meeting another family's tiles.
+  {
+    constexpr int kOrder[4] = {0, 2, 3, 1};
+    std::vector<Conv1dSegment> sorted;
+    sorted.reserve(static_cast<size_t>(n));
+    std::vector<int64_t> t_of, f_of;
+    std::vector<int8_t> k_of;
+    for (int kind : kOrder) {
+      for (int32_t i = 0; i < n; ++i) {
+        if (kinds[i] != kind) continue;
+        sorted.push_back(segs[i]);
+        t_of.push_back(seg_tiles[i]);
+        f_of.push_back(seg_floats[i]);
+        k_of.push_back(kinds[i]);
+      }
+    }
+    int64_t t = 0, fl = 0;
+    for (int32_t j = 0; j < n; ++j) {
+      Conv1dSegment& s = sorted[j];
+      s.tile_begin = t;
+      if (s.ws_partial_offset >= 0) s.ws_partial_offset = fl;
+      s.ws_grad_offset = fl;
+      t += t_of[j];
+      fl += f_of[j];
+      if (t_of[j] > 0) {
+        if (lo[k_of[j]] < 0) lo[k_of[j]] = s.tile_begin;
+        hi[k_of[j]] = t;
+      }
+      segs[j] = s;
     }
   }
   plan->path = path;

@@ -42,7 +42,11 @@ hipError_t Conv1dCanImplement(const Conv1dProblem& problem,
                               const Conv1dSegment* host_segments, int32_t num_segments);
 
 // Plans the launch: writes the scheduling fields of `host_segments` and
-// `*plan`. Calls Conv1dCanImplement first and returns its error.
+// `*plan`, and orders the table by kernel family (stable within a family)
+// so that each family's tiles form one contiguous range; every segment
+// keeps its tensors, and `source_index` holds its index in the table as
+// given. Calls Conv1dCanImplement first and returns its error (the table
+// is then unchanged).
 hipError_t Conv1dPlan(const Conv1dProblem& problem, Conv1dSegment* host_segments,
                       int32_t num_segments, Conv1dPlanInfo* plan);
 

@@ -81,7 +81,9 @@ struct Conv1dSegment {
   int64_t tile_begin = 0;         // first work tile of this segment
   int64_t ws_partial_offset = 0;  // float index of its dweight partials;
                                   // -1: the main kernel stores dweight itself
-  int64_t ws_counter_offset = 0;  // reserved (0)
+  int64_t source_index = 0;       // the segment's index in the table as
+                                  // the caller gave it (Conv1dPlan
+                                  // orders the table by kernel family)
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
   int32_t vec = 0;                // 1: 16-byte vector path is legal;

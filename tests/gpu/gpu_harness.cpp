@@ -172,9 +172,13 @@ std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, boo
   }
   if (e == hipSuccess) e = hipDeviceSynchronize();
   if (e != hipSuccess) return std::string("run: ") + hipGetErrorString(e);
+  // The plan orders the table by kernel family; source_index is each
+  // segment's place in ours.
+  std::vector<size_t> at(table.size());
+  for (size_t j = 0; j < table.size(); ++j) at[static_cast<size_t>(table[j].source_index)] = j;
   for (size_t i = 0; i < segs->size(); ++i) {
     SegmentData& s = (*segs)[i];
-    const Conv1dSegment& t = table[i];
+    const Conv1dSegment& t = table[at[i]];
     Download(t.out(Role::kY), &s.y);
     Download(t.out(Role::kFinalStates), &s.final_states);
     Download(t.out(Role::kDx), &s.dx);
