@@ -14,30 +14,31 @@ XPool::XPool(const WorkloadSpec& s, int64_t max_tokens, uint64_t seed) {
                                                       : std::vector<int64_t>{s.batch, s.dim, n};
     for (int i = 0; i < kPerLength; ++i) {
       HostTensor x = HostTensor::Random(s.dtype, shape, seed + n * kPerLength + i);
-      protos_.push_back(x.ToProto());
+      x.ToProto(steps_.emplace_back().mutable_step()->mutable_x());
       tensors_.push_back(std::move(x));
     }
   }
 }
 
-void Level::Record(const absl::Status& status, double us, bool wrong_answer) {
-  if (!measuring.load()) return;
-  absl::MutexLock lock(&mu);
-  if (!status.ok()) {
-    ++errors;
-    if (first_error.empty()) first_error = status.ToString();
-  } else if (wrong_answer) {
-    ++wrong;
-  } else {
-    latencies_us.push_back(us);
-  }
+void ChainStats::Add(const ChainStats& o) {
+  latencies_us.insert(latencies_us.end(), o.latencies_us.begin(), o.latencies_us.end());
+  errors += o.errors;
+  wrong += o.wrong;
+  chains += o.chains;
+  checked += o.checked;
 }
 
-// One Decode call: opens the session, then one step per request. Requests
-// alternate between two buffers, so the next can be filled while gRPC may
-// still hold the previous one; a write (or the half-close) asked for while
-// another is in flight waits for its OnWriteDone. Deletes itself in OnDone,
-// after handing the call's outcome to the runner.
+void Level::NoteError(const absl::Status& status) {
+  absl::MutexLock lock(&mu);
+  if (first_error.empty()) first_error = status.ToString();
+}
+
+// One Decode call: opens the session, then one step per request. A step
+// request is the XPool's (read-only, alive for the level), so nothing is
+// copied and gRPC may still hold the previous one; a write (or the
+// half-close) asked for while another is in flight waits for its
+// OnWriteDone. Deletes itself in OnDone, after handing the call's outcome to
+// the runner.
 struct ChainRunner::Stream final
     : public grpc::ClientBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
   explicit Stream(ChainRunner* runner) : runner_(runner) {}
@@ -47,30 +48,28 @@ struct ChainRunner::Stream final
   void Begin(Conv1dClient* client, const v1::OpenSessionRequest& open) {
     client->PrepareStreamContext(&ctx_, absl::InfiniteFuture());
     client->NextStub()->async()->Decode(&ctx_, this);
-    *req_[0].mutable_open() = open;
+    *open_.mutable_open() = open;
     expect_ = v1::DecodeResponse::kOpen;
     {
       absl::MutexLock lock(&mu_);
       writing_ = true;
     }
-    StartWrite(&req_[0]);
+    StartWrite(&open_);
     StartRead(&resp_);
     StartCall();
   }
 
   // Start* calls are made outside mu_: gRPC may run a reaction inline.
-  void SendStep(const v1::Tensor& x) {
-    v1::DecodeRequest* now = nullptr;
+  void SendStep(const v1::DecodeRequest* step) {
+    const v1::DecodeRequest* now = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      cur_ ^= 1;
-      *req_[cur_].mutable_step()->mutable_x() = x;
       expect_ = v1::DecodeResponse::kStep;
       if (writing_) {
-        write_pending_ = true;
+        pending_ = step;
       } else {
         writing_ = true;
-        now = &req_[cur_];
+        now = step;
       }
     }
     StartRead(&resp_);
@@ -90,16 +89,16 @@ struct ChainRunner::Stream final
   }
 
   void OnWriteDone(bool ok) override {
-    v1::DecodeRequest* next = nullptr;
+    const v1::DecodeRequest* next = nullptr;
     bool half_close = false;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) return;  // the read fails too, and OnDone reports the status
-      if (write_pending_) {
-        write_pending_ = false;
+      if (pending_ != nullptr) {
+        next = pending_;
+        pending_ = nullptr;
         writing_ = true;
-        next = &req_[cur_];
       } else if (done_pending_) {
         done_pending_ = false;
         half_close = true;
@@ -127,7 +126,8 @@ struct ChainRunner::Stream final
       runner_->NextStep();
       return;
     }
-    runner_->StepDone(HostTensor::FromProto(resp_.step().y()), nullptr);
+    // Checked in place: resp_ is read into again only after StepDone.
+    runner_->StepDone(client::TensorView::FromProto(resp_.step().y()), nullptr);
   }
 
   void OnDone(const grpc::Status& s) override {
@@ -142,21 +142,20 @@ struct ChainRunner::Stream final
  private:
   ChainRunner* const runner_;
   grpc::ClientContext ctx_;
-  v1::DecodeRequest req_[2];
+  v1::DecodeRequest open_;
   v1::DecodeResponse resp_;
   v1::DecodeResponse::KindCase expect_ = v1::DecodeResponse::KIND_NOT_SET;
   absl::Status error_;
   absl::Mutex mu_;
-  int cur_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  const v1::DecodeRequest* pending_ ABSL_GUARDED_BY(mu_) = nullptr;  // the next write
   bool done_pending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 ChainRunner::ChainRunner(const SessionLoadOptions& o, const WeightSet& w, const XPool& xs,
                          Conv1dClient* client, bool session, uint64_t seed, Level* level)
     : o_(o), w_(w), xs_(xs), client_(client), session_(session), level_(level),
-      check_(o.spec, w.weight, w.bias), rng_(seed) {}
+      check_(o.spec, w.weight, w.bias), rng_(seed), sample_rng_(seed ^ 0x5a3c96e1f00dULL) {}
 
 ChainRunner::~ChainRunner() = default;
 
@@ -220,7 +219,7 @@ void ChainRunner::NextStep() {
   pick_ = rng_.Next();
   sent_ = absl::Now();
   if (session_) {
-    stream_->SendStep(xs_.proto(tokens_, pick_));
+    stream_->SendStep(&xs_.step(tokens_, pick_));
   } else {
     SendUnary();
   }
@@ -229,7 +228,7 @@ void ChainRunner::NextStep() {
 void ChainRunner::SendUnary() {
   const WorkloadSpec& s = o_.spec;
   auto req = std::make_shared<v1::ForwardRequest>();
-  *req->mutable_x() = xs_.proto(tokens_, pick_);
+  *req->mutable_x() = xs_.step(tokens_, pick_).step().x();
   if (s.registered_weights) {
     req->set_weights_name(kSessionWeightsName);
   } else {
@@ -248,32 +247,31 @@ void ChainRunner::SendUnary() {
                             ChainEnded(r.status());
                             return;
                           }
-                          absl::StatusOr<HostTensor> fs = HostTensor::FromProto(r->final_states());
-                          if (!fs.ok()) {
-                            ChainEnded(fs.status());
-                            return;
-                          }
-                          StepDone(HostTensor::FromProto(r->y()), &*fs);
+                          StepDone(client::TensorView::FromProto(r->y()), &r->final_states());
                         });
 }
 
-void ChainRunner::StepDone(absl::StatusOr<HostTensor> y, const HostTensor* final_states) {
+void ChainRunner::StepDone(absl::StatusOr<client::TensorView> y,
+                           const v1::Tensor* final_states) {
   const double us = absl::ToDoubleMicroseconds(absl::Now() - sent_);
+  // Every step advances the chain; a sample of them (all by default) is
+  // checked, drawn on every step so the sample does not depend on timing.
+  const bool check =
+      o_.verify && (o_.verify_step_fraction >= 1.0 ||
+                    sample_rng_.UniformDouble() < o_.verify_step_fraction);
   absl::Status st = y.status();
-  if (st.ok()) st = check_.Step(xs_.tensor(tokens_, pick_), o_.verify ? &*y : nullptr);
-  if (st.ok() && o_.verify && final_states != nullptr) {
-    st = CompareTensors("final_states", *final_states, check_.State());
+  if (st.ok()) st = check_.Step(xs_.tensor(tokens_, pick_).view(), check ? &*y : nullptr);
+  if (st.ok() && check && final_states != nullptr) {
+    absl::StatusOr<HostTensor> fs = HostTensor::FromProto(*final_states);
+    st = fs.ok() ? CompareTensors("final_states", *fs, check_.State()) : fs.status();
   }
   if (!st.ok()) {
     // A wrong answer (or an unreadable one) ends the chain.
     failed_ = true;
-    {
-      absl::MutexLock lock(&level_->mu);
-      if (level_->first_error.empty()) level_->first_error = st.ToString();
-    }
-    level_->Record(absl::OkStatus(), us, /*wrong_answer=*/true);
+    level_->NoteError(st);
+    Record(absl::OkStatus(), us, /*wrong_answer=*/true, check);
   } else {
-    level_->Record(absl::OkStatus(), us, false);
+    Record(absl::OkStatus(), us, false, check);
     ++done_steps_;
   }
   NextStep();
@@ -281,15 +279,28 @@ void ChainRunner::StepDone(absl::StatusOr<HostTensor> y, const HostTensor* final
 
 void ChainRunner::ChainEnded(const absl::Status& status) {
   stream_ = nullptr;
-  if (!status.ok() && !failed_) level_->Record(status, 0, false);
+  if (!status.ok() && !failed_) Record(status, 0, false, false);
   if (status.ok() && !failed_ && chain_len_ > 0 && done_steps_ == chain_len_ &&
       level_->measuring.load()) {
-    absl::MutexLock lock(&level_->mu);
-    ++level_->chains;
+    ++stats_.chains;
   }
   // A failing server is not hammered: the next chain starts 10 ms later.
   if (!status.ok()) absl::SleepFor(absl::Milliseconds(10));
   BeginChain();
+}
+
+void ChainRunner::Record(const absl::Status& status, double us, bool wrong_answer,
+                         bool checked) {
+  if (!level_->measuring.load()) return;
+  if (checked) ++stats_.checked;
+  if (!status.ok()) {
+    ++stats_.errors;
+    level_->NoteError(status);
+  } else if (wrong_answer) {
+    ++stats_.wrong;
+  } else {
+    stats_.latencies_us.push_back(us);
+  }
 }
 
 void ChainRunner::Finish() {

@@ -42,6 +42,10 @@ absl::StatusOr<std::vector<SessionLoadRow>> RunSessionLoad(const SessionLoadOpti
         "--chain_steps_min: ", o.chain_steps_min, " needs 1 <= it <= --chain_steps (",
         o.chain_steps, ")"));
   }
+  if (!(o.verify_step_fraction >= 0 && o.verify_step_fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--verify_step_fraction: ",
+                                                   o.verify_step_fraction, " is outside 0..1"));
+  }
   const WeightSet weights = MakeWeights(o.spec, o.seed);
   if (o.spec.registered_weights) {
     v1::RegisterWeightsRequest reg;
@@ -54,8 +58,8 @@ absl::StatusOr<std::vector<SessionLoadRow>> RunSessionLoad(const SessionLoadOpti
     }
   }
   std::vector<SessionLoadRow> rows;
-  std::printf("%-18s %5s %12s %10s %10s %8s %6s %6s %8s\n", "mode", "c", "steps/s", "p50_us",
-              "p99_us", "steps", "errors", "wrong", "chains");
+  std::printf("%-18s %5s %12s %10s %10s %8s %6s %6s %8s %8s\n", "mode", "c", "steps/s",
+              "p50_us", "p99_us", "steps", "errors", "wrong", "chains", "checked");
   for (int c : o.concurrency) {
     for (const std::string& mode : o.modes) {
       Level level;
@@ -78,24 +82,29 @@ absl::StatusOr<std::vector<SessionLoadRow>> RunSessionLoad(const SessionLoadOpti
         level.mu.Await(absl::Condition(
             +[](int* running) { return *running == 0; }, &level.running));
       }
+      ChainStats all;
+      for (const auto& r : runners) all.Add(r->stats());
       runners.clear();
       SessionLoadRow row;
       row.mode = mode;
       row.concurrency = c;
-      absl::MutexLock lock(&level.mu);
-      row.steps = static_cast<int64_t>(level.latencies_us.size());
-      const LatencySummary lat = Summarize(level.latencies_us);
+      row.steps = static_cast<int64_t>(all.latencies_us.size());
+      const LatencySummary lat = Summarize(all.latencies_us);
       row.steps_per_s = row.steps / seconds;
       row.p50_us = lat.p50_us;
       row.p99_us = lat.p99_us;
-      row.errors = level.errors;
-      row.wrong = level.wrong;
-      row.chains = level.chains;
-      row.first_error = level.first_error;
-      std::printf("%-18s %5d %12.0f %10.1f %10.1f %8lld %6lld %6lld %8lld\n", mode.c_str(), c,
-                  row.steps_per_s, row.p50_us, row.p99_us, static_cast<long long>(row.steps),
+      row.errors = all.errors;
+      row.wrong = all.wrong;
+      row.chains = all.chains;
+      row.checked = all.checked;
+      {
+        absl::MutexLock lock(&level.mu);
+        row.first_error = level.first_error;
+      }
+      std::printf("%-18s %5d %12.0f %10.1f %10.1f %8lld %6lld %6lld %8lld %8lld\n", mode.c_str(),
+                  c, row.steps_per_s, row.p50_us, row.p99_us, static_cast<long long>(row.steps),
                   static_cast<long long>(row.errors), static_cast<long long>(row.wrong),
-                  static_cast<long long>(row.chains));
+                  static_cast<long long>(row.chains), static_cast<long long>(row.checked));
       std::fflush(stdout);
       rows.push_back(std::move(row));
     }
@@ -109,12 +118,13 @@ absl::StatusOr<std::vector<SessionLoadRow>> RunSessionLoad(const SessionLoadOpti
 }
 
 std::string SessionLoadCsv(const std::vector<SessionLoadRow>& rows) {
-  std::string out = "mode,concurrency,steps_per_s,p50_us,p99_us,steps,errors,wrong,chains\n";
+  std::string out =
+      "mode,concurrency,steps_per_s,p50_us,p99_us,steps,errors,wrong,chains,checked\n";
   for (const SessionLoadRow& r : rows) {
     absl::StrAppend(&out, r.mode, ",", r.concurrency, ",", absl::StrFormat("%.1f", r.steps_per_s),
                     ",", absl::StrFormat("%.1f", r.p50_us), ",",
                     absl::StrFormat("%.1f", r.p99_us), ",", r.steps, ",", r.errors, ",",
-                    r.wrong, ",", r.chains, "\n");
+                    r.wrong, ",", r.chains, ",", r.checked, "\n");
   }
   return out;
 }

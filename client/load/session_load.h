@@ -3,11 +3,12 @@
 // (`session`: a Decode stream per chain, x only on the wire) or through
 // today's stateless path (`unary-decode-fwd`: a Forward per step carrying
 // initial_states and asking for final_states, the client keeping the
-// state). Every step can be checked against a local chain (a float64
-// prediction of the same steps from the same state, decode_chain_check.h).
-// Chains may draw their length, and every step its token count, at random.
-// Reports, per mode and concurrency, steps/s and the per-step latency
-// percentiles seen by the client.
+// state). Every step advances a local chain (decode_chain_check.h), and
+// every step's answer, or a seeded random sample of them, is checked against
+// its float64 prediction of the same steps from the same state. Chains may
+// draw their length, and every step its token count, at random. Reports,
+// per mode and concurrency, steps/s, the per-step latency percentiles seen
+// by the client and how many answers were checked.
 //
 // Used by client/load/main.cc and its tests. RunSessionLoad blocks while
 // the chains run on gRPC's callback threads (session_chain.h).
@@ -43,8 +44,13 @@ struct SessionLoadOptions {
   // > 0: each step draws its token count from step_tokens_min..S (S from
   // spec.seqlen); 0: every step has S tokens.
   int64_t step_tokens_min = 0;
-  // Check every step against the local CPU chain.
+  // Check answers against the local CPU chain.
   bool verify = true;
+  // With verify: the fraction of steps whose answer is checked, drawn per
+  // step from a seeded generator of each chain slot, in 0..1; 1 = every
+  // step. Unchecked steps still advance the chain (a copy of their x), so
+  // every checked step is checked from the exact state.
+  double verify_step_fraction = 1.0;
   uint64_t seed = 1;
   absl::Duration timeout = absl::Seconds(30);
 };
@@ -58,6 +64,7 @@ struct SessionLoadRow {
   int64_t errors = 0;  // failed calls (the chain then restarts)
   int64_t wrong = 0;   // steps whose y or state differed from the local chain
   int64_t chains = 0;  // chains run to their full length while measuring
+  int64_t checked = 0;  // measured steps whose answer was checked (wrong included)
   std::string first_error;
 };
 
@@ -66,7 +73,7 @@ struct SessionLoadRow {
 absl::StatusOr<std::vector<SessionLoadRow>> RunSessionLoad(const SessionLoadOptions& options,
                                                            Conv1dClient* client);
 
-// "mode,concurrency,steps_per_s,p50_us,p99_us,steps,errors,wrong,chains"
+// "mode,concurrency,steps_per_s,p50_us,p99_us,steps,errors,wrong,chains,checked"
 // and rows.
 std::string SessionLoadCsv(const std::vector<SessionLoadRow>& rows);
 

@@ -10,7 +10,9 @@ overloaded server's RESOURCE_EXHAUSTED answers are reported by code with exit
 status 1 (0 with --allow_errors, still reported), sampled verification against
 the CPU backend counts no wrong answer, and the progress line is drawn on a
 terminal only; session workloads (session, unary-decode-fwd) check every
-step (none wrong against cpu, wrong against echo); per-window and per-workload
+step (none wrong against cpu, wrong against echo), or with
+--verify_step_fraction a counted sample of them that still finds wrong
+answers; per-window and per-workload
 rows add up to their step; --search
 finds a load whose p99 is under the bound (CPU backend) and says when none is;
 a schedule file sets the send times and .npy files the inputs; an open-loop
@@ -442,9 +444,33 @@ class LoadAgainstCpu(unittest.TestCase):
             self.assertGreater(int(x["steps"]), 0, x)
             self.assertEqual(int(x["errors"]), 0, x)
             self.assertEqual(int(x["wrong"]), 0, x)
+            self.assertEqual(int(x["checked"]), int(x["steps"]), x)
             self.assertGreater(float(x["steps_per_s"]), 0, x)
             self.assertLessEqual(float(x["p50_us"]), float(x["p99_us"]), x)
         self.assertIn("total: 0 errors, 0 wrong steps", r.stdout)
+
+    def test_session_modes_check_a_sample_of_steps(self):
+        # A quarter of the steps checked: every chain still advances at
+        # every step, so the checked ones (fp16, several tokens) all agree.
+        out = os.path.join(tmpdir(), "f.csv")
+        with Server(SERVER, CLIENT, "--backend=cpu", "--threads=1") as srv:
+            r = run([LOAD, f"--target={srv.target}", "--mode=session,unary-decode-fwd",
+                     "--concurrency=2", "--shape=1x40x4", "--dtype=fp16",
+                     "--step_tokens_min=1", "--chain_steps=30", "--duration_s=0.5",
+                     "--warmup_s=0.1", "--verify_step_fraction=0.25", f"--csv={out}"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+        with open(out) as f:
+            rows = list(csv.DictReader(f))
+        for x in rows:
+            self.assertEqual(int(x["wrong"]), 0, x)
+            self.assertGreater(int(x["checked"]), 0, x)
+            self.assertLess(int(x["checked"]), int(x["steps"]), x)
+        self.assertRegex(r.stdout,
+                         r"total: 0 errors, 0 wrong steps; \d+ of \d+ measured steps checked")
+        r = run([LOAD, "--target=127.0.0.1:1", "--mode=session", "--shape=1x16x1",
+                 "--verify_step_fraction=1.5"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--verify_step_fraction", r.stderr)
 
     def test_session_modes_random_steps_and_chains(self):
         # Steps of 1..5 tokens, chains of 3..12 steps, bf16 channel-last:
@@ -472,8 +498,14 @@ class LoadAgainstCpu(unittest.TestCase):
         with Server(SERVER, CLIENT, "--backend=echo") as srv:
             r = run([LOAD, f"--target={srv.target}", "--mode=session", "--concurrency=1",
                      "--shape=1x16x1", "--duration_s=0.2", "--warmup_s=0"])
-        self.assertEqual(r.returncode, 1)
-        self.assertIn("wrong steps", r.stderr)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("wrong steps", r.stderr)
+            self.assertIn("wrong answer", r.stderr)
+            r = run([LOAD, f"--target={srv.target}", "--mode=session", "--concurrency=2",
+                     "--shape=1x16x1", "--duration_s=0.3", "--warmup_s=0",
+                     "--verify_step_fraction=0.1"])
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("wrong steps", r.stderr)
 
 
 if __name__ == "__main__":
