@@ -7,7 +7,10 @@
 #   3. end-to-end benchmark: conv1d_server gpu vs echo, conv1d_load c=1,8,64
 #   4. soak: 2 minutes (SOAK_S seconds) at c=64, mixed shapes and ops, answers verified
 #   5. sessions (not in the default set): decode sessions against unary
-#      decode-fwd steps, c=1 and 64, every step verified, written to
+#      decode-fwd steps, c=1 and 64, a seeded 1/16 of every chain's steps
+#      verified (SESSIONS_VERIFY_FRACTION; every step advances the
+#      generator's chain, and a checked step costs it about as much CPU as
+#      the gRPC step itself), written to
 #      sessions-<device>-<date>.csv, with a per-thread CPU snapshot of the
 #      server and the load generator during the c=64 session run; then
 #      (SESSIONS_CEILING=echo, the default; none skips it) the same runs
@@ -141,7 +144,8 @@ step "sessions against unary decode-fwd"
   --metrics_listen=127.0.0.1:50172 --log_level=warn >"$out/server-sessions.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do "$bin/conv1d_client" health --target=127.0.0.1:50171 >/dev/null 2>&1 && break; sleep 0.2; done
-sess=(--target=127.0.0.1:50171 --shape=1x5120x1 --weights=registered --progress=false ${SESSIONS_CHANNELS:+--channels=$SESSIONS_CHANNELS})
+sess=(--target=127.0.0.1:50171 --shape=1x5120x1 --weights=registered --progress=false
+  --verify_step_fraction=${SESSIONS_VERIFY_FRACTION:-0.0625} ${SESSIONS_CHANNELS:+--channels=$SESSIONS_CHANNELS})
 "$bin/conv1d_load" "${sess[@]}" --mode=session,unary-decode-fwd --concurrency=1,64 \
   --warmup_s=1 --duration_s=${SESSIONS_S:-4} --csv="$out/sessions-$device-$day.csv" \
   2>&1 | tee "$out/sessions.log" || status=1
