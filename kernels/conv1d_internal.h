@@ -20,7 +20,9 @@ enum Path : int32_t {
 
 // Channel-first fast path: a team of 32 lanes (half a wavefront on wave64
 // hardware) owns one chunk of one row; each lane holds `per_lane` vectors of
-// 16 bytes (or single elements on the scalar path).
+// 16 bytes (or single elements on the scalar path). Forward long rows
+// whose length is not a whole number of vectors work on the 16-byte grid
+// that starts before the row (kVecShifted).
 // Rows shorter than one vector per lane are packed several to a team
 // (rows_per_tile) so that each lane still has several loads in flight,
 // lanes_per_row (at least kMinLanesPerRow) lanes per row.
@@ -228,8 +230,10 @@ inline constexpr int kMinFastWidth = 2;
 inline constexpr int kMaxFastWidth = 8;
 inline bool FastWidth(int32_t w) { return w >= kMinFastWidth && w <= kMaxFastWidth; }
 // Channel-first vector paths that pass a row's halo (W-1 elements) from
-// lane to lane need it to fit in one 16-byte vector of `ne` elements; the
-// planner keeps other segments on the scalar path (see Conv1dPlan).
+// lane to lane need it to fit in one 16-byte vector of `ne` elements (the
+// backward, short rows); the forward's long rows take a longer halo from
+// the previous two lanes (fp32 at W 6..8). The planner keeps other
+// segments on the scalar path (see Conv1dPlan).
 constexpr bool HaloInVector(int width, int ne) { return width - 1 < ne; }
 
 // Compile-time dispatch: WidthSwitch(w, f) calls f(Int<W>{}) for the fast

@@ -153,6 +153,10 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   constexpr int kMax = detail::kMaxPerLaneFwd;
   constexpr int kH = W - 1;
   constexpr bool kShuffle = N >= kH;
+  // Halos longer than a vector but within two (fp32 at W = 6..8): from the
+  // previous two lanes by two shuffles; the chunk's first two lanes load
+  // their own in slot 0.
+  constexpr bool kShuffle2 = !kShuffle && N > 1 && kH <= 2 * N;
   const int64_t L = seg.seqlen;
   const S* x = static_cast<const S*>(seg.in(Role::kX));
   S* y = static_cast<S*>(seg.out(Role::kY));
@@ -173,8 +177,9 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
   for (int j = 0; j < kMax; ++j) on[j] = j < V && pos0 + j * jstride < Lx;
   // hist: the halos this lane loads itself (every slot on the scalar path;
-  // slot 0 of the chunk's first lane otherwise).
-  constexpr int kOwn = kShuffle ? 1 : kMax;
+  // slot 0 of the chunk's first lane, or first two lanes, otherwise).
+  constexpr int kOwn = kShuffle || kShuffle2 ? 1 : kMax;
+  const bool own0 = kShuffle2 ? lane < 2 : first;
   const S* xb = xrow - o + pos0;
   S xs[kMax][N];
   float hist[kOwn][kH];
@@ -191,7 +196,7 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
   for (int j = 0; j < kOwn; ++j) {
 #pragma unroll
     for (int i = 0; i < kH; ++i) hist[j][i] = 0.0f;
-    if (on[j] && (!kShuffle || first)) {
+    if (on[j] && (!(kShuffle || kShuffle2) || own0)) {
       if constexpr (kShift) {
         const int64_t pos = pos0 + j * jstride - o;
 #pragma unroll
@@ -233,6 +238,21 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
         if (j > 0 && lane == kTeam - 1) give = T::to_f(xs[j - 1][N - kH + i]);
         const float got = gpu_shfl(give, src, kTeam);
         xf[i] = (first && j == 0) ? hist[0][i] : got;
+      }
+    } else if constexpr (kShuffle2) {
+      const int src1 = (lane + kTeam - 1) & (kTeam - 1);
+      const int src2 = (lane + kTeam - 2) & (kTeam - 1);
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        const int d = kH - i;  // elements back from pos
+        const bool one = d <= N;  // in the previous lane's vector, else the one before
+        const int e = one ? N - d : 2 * N - d;
+        // The last one or two lanes also feed the first lanes of the next
+        // slot of the same chunk.
+        const bool wrap = j > 0 && lane >= kTeam - (one ? 1 : 2);
+        const float give = T::to_f(wrap ? xs[j > 0 ? j - 1 : 0][e] : xs[j][e]);
+        const float got = gpu_shfl(give, one ? src1 : src2, kTeam);
+        xf[i] = (j == 0 && lane < (one ? 1 : 2)) ? hist[0][i] : got;
       }
     } else {
 #pragma unroll
