@@ -98,6 +98,10 @@ struct Conv1dSegment {
 // not 16-byte aligned (L not a whole number of vectors): the kernel works
 // on the aligned 16-byte grid that begins up to one vector before each
 // row (x and y must share that offset: both tensors 16-byte aligned).
+// Whole grid vectors are read, so the last row's last vector may read up
+// to 15 bytes past x's end, inside the 16-byte block that holds x's last
+// element (never another page); the vectors that straddle a row's ends are
+// written element by element, so nothing outside y's rows is written.
 inline constexpr int32_t kVecShifted = 2;
 
 // The sizes of one segment, all the workspace query needs.
