@@ -46,13 +46,14 @@ bool CfVecShape(const Conv1dProblem& p, int64_t L) {
   return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || (!bwd && L / ne > kTeam));
 }
 
-// Whether a forward row of length L that the vector path cannot take as
-// whole vectors runs on the shifted vector grid (kVecShifted): long rows
-// only (more than a team's worth of vectors), since short rows have their
-// own staged path.
+// Whether a forward row that the vector path cannot take as it is (L not
+// a whole number of vectors, or a short row whose halo exceeds a vector)
+// runs on the shifted vector grid (kVecShifted), as a long row (a team per
+// chunk, even when the row is a single chunk): rows past kTeam elements;
+// shorter ones keep the staged scalar path, whose tensors may stay in host
+// memory (Conv1dStreamsInPlace).
 bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
-  const int64_t ne = 16 / ElemBytes(p.x_type);
-  return p.op == KernelOp::kForward && L % ne != 0 && L / ne > kTeam;
+  return p.op == KernelOp::kForward && L > kTeam && !CfVecShape(p, L);
 }
 
 // The channel-first fast path's layout of a segment of B rows of length L
@@ -70,7 +71,7 @@ struct CfLayout {
 };
 
 CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
-                         int64_t short_steps) {
+                         int64_t short_steps, bool long_rows = false) {
   const bool bwd = p.op == KernelOp::kBackward;
   const int64_t esize = ElemBytes(p.x_type);
   const int64_t D = p.dim, W = p.width;
@@ -82,7 +83,7 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
   const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
   c.per_lane = static_cast<int32_t>(v);
   c.nchunks = CeilDiv(L, kTeam * v * n_el);
-  if (v == 1 && c.nchunks == 1) {
+  if (v == 1 && c.nchunks == 1 && !long_rows) {
     // Short rows: several rows per team and, when a row needs at most
     // half a team, several rows per slot (lanes_per_row lanes each).
     const int32_t lpr = ShortLanes(nvec);
@@ -263,7 +264,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       const bool shifted = !vec && aligned && CfShiftedShape(p, L);
       // Shifted rows span at most ne - 1 more grid elements than L.
       const int64_t ne = 16 / esize;
-      const CfLayout c = CfSegmentLayout(p, B, shifted ? L + ne - 1 : L, vec || shifted, short_steps);
+      const CfLayout c =
+          CfSegmentLayout(p, B, shifted ? L + ne - 1 : L, vec || shifted, short_steps, shifted);
       s.vec = shifted ? kVecShifted : vec;
       s.per_lane = c.per_lane;
       s.nchunks = c.nchunks;

@@ -94,8 +94,10 @@ struct Conv1dSegment {
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };
 
-// Conv1dSegment::vec of channel-first forward long rows whose starts are
-// not 16-byte aligned (L not a whole number of vectors): the kernel works
+// Conv1dSegment::vec of channel-first forward rows of more than 32
+// elements that the vector path cannot take as they are (L not a whole
+// number of vectors, so rows start between 16-byte boundaries; or a short
+// row whose halo exceeds a vector), run by the long-row kernels: they work
 // on the aligned 16-byte grid that begins up to one vector before each
 // row (x and y must share that offset: both tensors 16-byte aligned).
 // Whole grid vectors are read, so the last row's last vector may read up

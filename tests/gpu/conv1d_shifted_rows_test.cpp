@@ -20,9 +20,10 @@ namespace {
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-// Lengths just past a vector multiple and far from one, short of a team's
-// worth of fp32 vectors times two, and long enough for several chunks.
-constexpr int64_t kLengths[] = {129 * 4 + 1, 1001, 2050, 4093, 8191};
+// Lengths just past a vector multiple and far from one: single-chunk rows
+// of one step or less (33, 101, 250), rows of a few steps, and rows long
+// enough for several chunks.
+constexpr int64_t kLengths[] = {33, 101, 250, 129 * 4 + 1, 1001, 2050, 4093, 8191};
 
 TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
   if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
@@ -71,9 +72,9 @@ TEST(Conv1dShiftedRows, MixedLengthsFusedEqualSeparate) {
   }
 }
 
-// The planner puts aligned forward long rows of other lengths on the
-// shifted grid, and keeps short rows, whole-vector rows, misaligned
-// tensors and the backward off it.
+// The planner puts aligned forward rows of more than 32 elements and
+// other lengths on the shifted grid, and keeps the staged short rows,
+// whole-vector rows, misaligned tensors and the backward off it.
 TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongForwardRowsOnly) {
   alignas(16) static float buf[64];
   Conv1dProblem p;
@@ -102,7 +103,9 @@ TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongForwardRowsOnly) {
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 1001, 0), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 4093, 0), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 1000, 0), 1);
-  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 101, 0), 0);  // short rows
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 101, 0), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 33, 0), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 31, 0), 0);  // staged short rows
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 4093, 1), 0);  // misaligned
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0), 0);
 }
