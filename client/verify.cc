@@ -36,8 +36,7 @@ absl::Status CompareTensors(absl::string_view name, const HostTensor& got,
   double worst = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     const double err = std::fabs(g[i] - w[i]);
-    const double limit = tol * (std::fabs(w[i]) + mean_abs) + 1e-30;
-    if (!(err <= limit)) {  // also catches NaN
+    if (OutsideTolerance(g[i], w[i], tol, mean_abs)) {
       if (first_bad < 0) first_bad = static_cast<int64_t>(i);
       ++bad;
     }

@@ -9,6 +9,8 @@
 #ifndef CONV1D_CLIENT_VERIFY_H_
 #define CONV1D_CLIENT_VERIFY_H_
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/host_tensor.h"
@@ -52,6 +54,13 @@ absl::Status VerifyResponse(const v1::BackwardRequest& req, const v1::BackwardRe
                             const WeightSet* registered);
 absl::Status VerifyResponse(const v1::UpdateRequest& req, const v1::UpdateResponse& resp,
                             const WeightSet* registered);
+
+// Whether `got` lies outside the comparison's tolerance of `want`:
+// |got - want| > tol * (|want| + mean_abs) + 1e-30, mean_abs the mean |want|
+// of the tensor (NaN is outside).
+inline bool OutsideTolerance(double got, double want, double tol, double mean_abs) {
+  return !(std::fabs(got - want) <= tol * (std::fabs(want) + mean_abs) + 1e-30);
+}
 
 // |got - want| <= tol * (|want| + mean|want|) elementwise, tol from the dtype
 // of `got`; shapes and dtypes must be equal.

@@ -121,15 +121,11 @@ CONV1D_CHAIN_CHECK_CLONES void SiluAll(double* z, int64_t n) {
   for (int64_t i = 0; i < n; ++i) z[i] = Silu(z[i]);
 }
 
-// Elements whose |got - want| exceeds tol * (|want| + mean_abs) + 1e-30, as
-// CompareTensors counts them (NaN counts).
+// Elements outside the tolerance, as CompareTensors counts them (NaN counts).
 CONV1D_CHAIN_CHECK_CLONES int64_t CountOff(const float* got, const double* want, int64_t n,
                                            double tol, double mean_abs) {
   int64_t off = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double limit = tol * (std::fabs(want[i]) + mean_abs) + 1e-30;
-    off += !(std::fabs(double{got[i]} - want[i]) <= limit);
-  }
+  for (int64_t i = 0; i < n; ++i) off += OutsideTolerance(got[i], want[i], tol, mean_abs);
   return off;
 }
 
@@ -275,9 +271,6 @@ absl::Status DecodeChainCheck::Compare(const client::TensorView& y, int64_t S) c
   const double tol = ToleranceFor(t);
   const uint8_t* base = y.bytes().data();
   const double mean_abs = mean_abs_;
-  const auto off = [tol, mean_abs](double got, double want) {
-    return !(std::fabs(got - want) <= tol * (std::fabs(want) + mean_abs) + 1e-30);  // also NaN
-  };
   int64_t bad = 0;
   if (t == DType::kF32 && (S == 1 || cl)) {
     // y's rows of D channels are contiguous: compare them as they lie.
@@ -295,7 +288,7 @@ absl::Status DecodeChainCheck::Compare(const client::TensorView& y, int64_t S) c
   for (int64_t i = 0, n = S * bd_; i < n; ++i) {
     const int64_t s = cl ? (i / D) % S : i % S;
     const int64_t bd = cl ? (i / (S * D)) * D + i % D : i / S;
-    if (off(LoadAsFloat(base, t, i), want_[s * bd_ + bd])) {
+    if (OutsideTolerance(LoadAsFloat(base, t, i), want_[s * bd_ + bd], tol, mean_abs)) {
       if (first < 0) first = i, b0 = bd / D, d0 = bd % D, s0 = s;
       ++bad;
     }
