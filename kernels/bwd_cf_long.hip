@@ -1,6 +1,7 @@
 // Backward, channel-first long rows and the scalar path (bwd_cf_kernel):
 // a team per tile of per_lane slots of one row chunk; fp32 long vector rows
-// pass halos between lanes (bwd_cf_team), the scalar path loads them
+// pass halos between lanes (bwd_cf_team; rows of any length on the shifted
+// vector grid, kVecShifted), the scalar path loads them
 // (bwd_cf_team_loads). dweight/dbias go to per-(row, chunk) partials.
 #include "kernels/bwd_common.h"
 #include "kernels/bwd_cf_loads.h"
@@ -18,6 +19,15 @@ using detail::WidthSwitch;
 // from the previous lane and the right g halo (g at pos+N .. pos+N+W-2)
 // from the next lane by shuffle, so g is computed once per element. Only
 // the lane ending a chunk computes its W-1 right-halo g values itself.
+//
+// Shifted rows (seg.vec == kVecShifted, single-row tiles): L is not a whole
+// number of vectors, so rows start between 16-byte boundaries. Slots then
+// sit on the 16-byte grid that starts o = (row start mod 16 bytes) elements
+// before the row, as in the forward (fwd_cf_team): in the vectors that
+// straddle the row's ends, x before the row is replaced by x̃ (initial
+// state or zero) and past it by zero, dout outside the row by zero (so g
+// is zero there and adds nothing to dx or dweight), and dx is stored
+// element by element.
 //
 // kFull (single-row tiles only): 0 = any tile; 1 (SiLU) or 2 (identity) =
 // a full tile (per_lane == MaxPerLaneBwd, every slot inside the row) that
@@ -61,6 +71,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     tile_row0 = row0;
     chunk = chunk_in;
     pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
+    if (seg.vec == kVecShifted) pos0 -= row_shift<S>(x + row0 * L);
     rstep = 0;
     pstep = kTeam * N;
     first = lane == 0;
@@ -145,6 +156,20 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     }
     float dvs[N];
     unpack_f<T, N>(ds[j], dvs);
+    if constexpr (!kMulti && !kFullTile) {
+      // A shifted row's vectors that straddle its ends (see above).
+      const int64_t pos = pos0 + j * pstep;
+      if (pos < 0 || pos + N > L) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const int64_t t = pos + e;
+          if (t < 0 || t >= L) {
+            dvs[e] = 0.0f;
+            xf[j][kH + e] = t < 0 ? x_tilde_cf<T>(p, seg, x + row0 * L, row0, t, W) : 0.0f;
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
       // Lane 31 also feeds lane 0 of the next slot (its tail of slot j-1).
@@ -220,7 +245,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
         }
         if (!kFullTile && p.has_dfinal) {
           const int64_t t = pos + e;
-          if (t >= L - kH) acc += T::to_f(dfin[r * kH + t - (L - kH)]);
+          if (t >= L - kH && t < L) acc += T::to_f(dfin[r * kH + t - (L - kH)]);
         }
         dxv[e] = acc;
         // Full tiles sum straight into the tile's total.
@@ -229,17 +254,24 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
 #pragma unroll
         for (int k = 0; k < W; ++k) dwt[k] += g[j][e] * xf[j][e + k];
       }
-      store_f<T, N>(static_cast<S*>(seg.out(Role::kDx)) + base + j * jstride, dxv);
-      if (!kFullTile && p.ret_dinit && pos == 0) {
+      S* dx_at = static_cast<S*>(seg.out(Role::kDx)) + base + j * jstride;
+      if (kMulti || kFullTile || (pos >= 0 && pos + N <= L)) {
+        store_f<T, N>(dx_at, dxv);
+      } else {
+        store_in_row<T, N>(dx_at, pos, L, dxv);
+      }
+      // The slot that holds t = 0 (sh elements into it on the shifted grid).
+      if (!kFullTile && p.ret_dinit && pos <= 0 && pos + N > 0) {
         S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + r * kH;
+        const int sh = static_cast<int>(-pos);
+        // g at t = 0 .. kH-1 (zero past L): element t + sh of g[j] then gn.
+        float g0[kH];
+        window_at(g[j], gn, sh, g0);
 #pragma unroll
         for (int i = 0; i < kH; ++i) {
           float acc = 0.0f;
 #pragma unroll
-          for (int k = 0; k <= i; ++k) {
-            const int t = i - k;  // g at position t (zero past L)
-            acc += wj[j][k] * (t < N ? g[j][t < N ? t : 0] : gn[t >= N ? t - N : 0]);
-          }
+          for (int k = 0; k <= i; ++k) acc += wj[j][k] * g0[i - k];
           if (p.has_dfinal && i >= L) acc += T::to_f(dfin[r * kH + i - L]);
           dinit[i] = T::from_f(acc);
         }
@@ -303,19 +335,26 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
     if constexpr (sizeof(typename T::S) == 2) {
       if (!seg.vec) bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
     } else if (seg.vec) {
-      // The planner keeps segments whose halo exceeds a vector off this path.
-      if constexpr (detail::HaloInVector(W, kVecElts<T> + 1)) {
-      constexpr int N = kVecElts<T>;
-      constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
-      const int64_t nchunks = seg.nchunks;
-      const int64_t row = div_fast(local, nchunks);
-      const int64_t chunk = local - row * nchunks;
-      const bool full = seg.per_lane == kMax &&
-                        (chunk + 1) * static_cast<int64_t>(kTeam * kMax * N) <= seg.seqlen &&
-                        !(p.has_dfinal && chunk + 1 == nchunks) && !(p.ret_dinit && chunk == 0);
-      if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
-      else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
-      else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
+      // Halos longer than a vector (long rows only, per the planner): each
+      // lane loads its own around its vectors.
+      if constexpr (!detail::HaloInVector(W, kVecElts<T> + 1)) {
+        bwd_cf_team_loads<T, kVecElts<T>, W>(p, seg, local, lane);
+      } else {
+        constexpr int N = kVecElts<T>;
+        constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
+        const int64_t nchunks = seg.nchunks;
+        const int64_t row = div_fast(local, nchunks);
+        const int64_t chunk = local - row * nchunks;
+        // Shifted rows: the chunk's grid begins o elements before its place.
+        const int o = seg.vec == kVecShifted
+                          ? row_shift(static_cast<const typename T::S*>(seg.in(Role::kX)) + row * seg.seqlen)
+                          : 0;
+        const int64_t span = kTeam * kMax * N;
+        const bool full = seg.per_lane == kMax && chunk * span >= o && (chunk + 1) * span - o <= seg.seqlen &&
+                          !(p.has_dfinal && chunk + 1 == nchunks) && !(p.ret_dinit && chunk == 0);
+        if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
+        else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
+        else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
       }
     } else {
       bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);

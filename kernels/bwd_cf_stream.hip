@@ -1,6 +1,7 @@
 // Backward, channel-first 16-bit long rows on the vector path
 // (bwd_cf_stream_kernel): a team walks one chunk of a row with the loads of
-// the next steps in flight in a shared-memory ring.
+// the next steps in flight in a shared-memory ring; rows of any length on
+// the shifted vector grid (kVecShifted).
 #include "kernels/bwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -29,8 +30,14 @@ using detail::WidthSwitch;
 // After the last step, lane 31 computes the chunk's right g halo itself
 // from the x and dout vector just past the chunk (zero past L), which it
 // copies in the slot a step after the last would have used.
-// Only the row's last step can be partial (L % N == 0): its lanes at or past
-// L get zeros (dout = 0, so g = 0 for finite x̃) and store nothing.
+// Only the row's last step can be partial: its lanes at or past L get
+// zeros (dout = 0, so g = 0 for finite x̃) and store nothing.
+// Shifted rows (seg.vec == kVecShifted; L not a whole number of vectors):
+// the steps sit on the 16-byte grid that starts o = (row start mod 16
+// bytes) elements before the row. In the vectors that straddle the row's
+// ends, x before the row is replaced by x̃ (initial state or zero) and past
+// it by zero, dout outside the row by zero, and dx is stored element by
+// element; dfinal_states may then reach into the step before the last.
 template <class T, int W, bool kSilu>
 __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
                                                    int64_t local, int lane,
@@ -49,22 +56,29 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   const int V = seg.per_lane;
   const int64_t row = div_fast(local, nchunks);
   const int64_t chunk = local - row * nchunks;
+  const S* xrow = static_cast<const S*>(seg.in(Role::kX)) + row * L;
+  // Positions below are on the grid (row position + o).
+  const int o = seg.vec == kVecShifted ? row_shift(xrow) : 0;
+  const int64_t Lg = L + o;  // the row's end on the grid
   const int64_t c0 = chunk * V * kStep;
-  const int64_t rem = L - c0;
+  const int64_t rem = Lg - c0;
   const int nsteps = rem >= static_cast<int64_t>(V) * kStep ? V : static_cast<int>((rem + kStep - 1) / kStep);
   const int64_t cend = c0 + static_cast<int64_t>(nsteps) * kStep;
-  const bool partial = cend > L;  // the row's last step, partial
-  const bool more = cend < L;     // the row goes on past the chunk
+  const bool partial = cend > Lg;  // the row's last step, partial
+  const bool more = cend < Lg;     // the row goes on past the chunk
   const bool first = lane == 0;
   const bool last = lane == kTeam - 1;
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int src_next = (lane + 1) & (kTeam - 1);
   const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
   // Steps in which this lane lies inside the row.
-  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
-  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + row * L + lpos;
-  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + row * L + lpos;
-  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + row * L + lpos;
+  const int lsteps = !partial ? nsteps : lpos >= Lg ? 0 : static_cast<int>((Lg - lpos + kStep - 1) / kStep);
+  const int64_t rbase = row * L - o + lpos;
+  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + rbase;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + rbase;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + rbase;
+  // Row position of this lane's first element in step st.
+  auto tpos = [&](int st) { return lpos - o + static_cast<int64_t>(st) * kStep; };
 
   // Step st's vectors into slot `slot` (st < nsteps), or for st == nsteps
   // lane 31's vectors just past the chunk (when inside the row); zeros
@@ -83,7 +97,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
 #pragma unroll
   for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-  if (last) load_left<T, N, W>(p, seg, static_cast<const S*>(seg.in(Role::kX)) + row * L, row, c0, carry);
+  if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
   float w[W], bias = 0.0f;
   {
     const int64_t d = mod_fast(row, p.dim);
@@ -96,8 +110,11 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
 #pragma unroll
   for (int k = 0; k <= W; ++k) dw[k] = 0.0f;
   float gc[N];  // g of the previous step
-  // dx of the previous step from gc and its right halo gh.
-  auto dx_of = [&](const float (&gh)[kH], float (&dxv)[N]) {
+  // dx of step st (g in gc, its right halo gh) into dx, with dfinal_states
+  // near the row's end, element by element where the vector straddles the
+  // row's ends; and dinitial_states from the vector that holds t = 0.
+  auto finish = [&](int st, const float (&gh)[kH]) {
+    float dxv[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
       float acc = 0.0f;
@@ -107,6 +124,37 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
         acc += w[k] * (idx < N ? gc[idx < N ? idx : 0] : gh[idx >= N ? idx - N : 0]);
       }
       dxv[e] = acc;
+    }
+    const int64_t t0 = tpos(st);
+    S* dst = dxp + static_cast<int64_t>(st) * kStep;
+    if (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0)) {
+      store_words(dst, pack_words<T>(dxv));
+    } else {
+      const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const int64_t t = t0 + e;
+        if (t >= 0 && t < L) {
+          float v = dxv[e];
+          if (p.has_dfinal && t >= L - kH) v += T::to_f(dfin[t - (L - kH)]);
+          dst[e] = T::from_f(v);
+        }
+      }
+    }
+    if (p.ret_dinit && t0 <= 0 && t0 + N > 0) {
+      // g at t is element t + o of gc then gh (L > kTeam, so dfinal_states
+      // never reaches dinitial_states).
+      S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
+      const int sh = static_cast<int>(-t0);
+      float g0[kH];  // g at t = 0 .. kH-1
+      window_at(gc, gh, sh, g0);
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k <= i; ++k) acc += w[k] * g0[i - k];
+        dinit[i] = T::from_f(acc);
+      }
     }
   };
   auto step = [&](auto first_step, int st) {
@@ -126,6 +174,20 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
       for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
     }
     unpack_words<T>(db, dv);
+    {
+      const int64_t t0 = tpos(st);
+      if (t0 < 0 || t0 + N > L) {
+        // A vector that straddles the row's ends (see above), or past it.
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const int64_t t = t0 + e;
+          if (t < 0 || t >= L) {
+            dv[e] = 0.0f;
+            xf[kH + e] = t < 0 ? x_tilde_cf<T>(p, seg, xrow, row, t, W) : 0.0f;
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
       const float give = last ? carry[i] : xf[N + i];
@@ -147,26 +209,12 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
 #pragma unroll
       for (int k = 0; k < W; ++k) dw[k] += gv * xf[e + k];
     }
-    if constexpr (kFirstStep) {
-      if (p.ret_dinit && chunk == 0 && first) {
-        // L > kTeam * N here, so dfinal_states never reaches dinitial_states.
-        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
-#pragma unroll
-        for (int i = 0; i < kH; ++i) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int k = 0; k <= i; ++k) acc += w[k] * gs[i - k];
-          dinit[i] = T::from_f(acc);
-        }
-      }
-    } else {
-      // Step st-1 is full and not the row's last: no range checks, no dfinal.
+    if constexpr (!kFirstStep) {
+      // Step st-1 is not the row's last.
       float gh[kH];
 #pragma unroll
       for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam);
-      float dxv[N];
-      dx_of(gh, dxv);
-      store_words(dxp + static_cast<int64_t>(st - 1) * kStep, pack_words<T>(dxv));
+      finish(st - 1, gh);
     }
 #pragma unroll
     for (int e = 0; e < N; ++e) gc[e] = gs[e];
@@ -201,20 +249,11 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
           }
           gv = silu_backward_f(dn[i], z);
         }
-        gh[i] = more ? gv : 0.0f;
+        // Zero past L (the vector past the chunk may straddle the row's end).
+        gh[i] = more && cend - o + i < L ? gv : 0.0f;
       }
     }
-    if (nsteps <= lsteps) {
-      const int64_t pos = lpos + static_cast<int64_t>(nsteps - 1) * kStep;
-      float dxv[N];
-      dx_of(gh, dxv);
-      if (p.has_dfinal && pos + N == L) {
-        const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
-#pragma unroll
-        for (int i = 0; i < kH; ++i) dxv[N - kH + i] += T::to_f(dfin[i]);
-      }
-      store_words(dxp + static_cast<int64_t>(nsteps - 1) * kStep, pack_words<T>(dxv));
-    }
+    if (nsteps <= lsteps) finish(nsteps - 1, gh);
   }
   copy_async_wait<0>();  // the ring is free for the team's next tile
   float v[W + 1];

@@ -19,6 +19,33 @@ __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
   return silu ? silu_backward_f(dout, z) : dout;
 }
 
+// out = the kOut values at positions sh .. sh+kOut-1 of a followed by b
+// (0 <= sh < kA; zeros past the end), by a barrel shift of conditional
+// moves: a run-time index into a register array would put the arrays in
+// local memory. The dinitial_states of a shifted row use it (g at t = 0
+// lies sh elements into the lane's vector).
+template <int kA, int kB, int kOut>
+__device__ __forceinline__ void window_at(const float (&a)[kA], const float (&b)[kB], int sh,
+                                          float (&out)[kOut]) {
+  constexpr int kN = kA + kB;
+  float v[kN];
+#pragma unroll
+  for (int i = 0; i < kA; ++i) v[i] = a[i];
+#pragma unroll
+  for (int i = 0; i < kB; ++i) v[kA + i] = b[i];
+#pragma unroll
+  for (int bit = 1; bit < kA; bit <<= 1) {
+    const bool on = (sh & bit) != 0;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const float next = i + bit < kN ? v[i + bit < kN ? i + bit : 0] : 0.0f;
+      v[i] = on ? next : v[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kOut; ++i) out[i] = i < kN ? v[i < kN ? i : 0] : 0.0f;
+}
+
 // One level of a reduce-scatter between lane pairs (lane ^ m) of nin
 // values: the lane whose bit is 0 keeps the sums of values 0 .. nout-1, its
 // partner those of nout .. nin-1 (zeros past nin). nin == nout (one value):

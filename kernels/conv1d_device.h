@@ -227,15 +227,29 @@ __device__ __forceinline__ int row_shift(const S* row) {
 }
 
 // x̃ at position q of row `row` for q < L: x when q >= 0, else the initial
-// state (zeros when absent). Used for halos that fall outside the team.
+// state (zeros when absent, and before the state: the shifted grid asks
+// for up to a vector more than W-1 elements before the row, which only
+// outputs before the row use). Used for halos that fall outside the team.
 template <class T>
 __device__ __forceinline__ float x_tilde_cf(const KParams& p, const Conv1dSegment& seg,
                                             const typename T::S* xrow, int64_t row,
                                             int64_t q, int W) {
   if (q >= 0) return T::to_f(xrow[q]);
-  if (!p.has_init) return 0.0f;
+  if (!p.has_init || q < -(W - 1)) return 0.0f;
   const auto* init = static_cast<const typename T::S*>(seg.in(Role::kInitialStates));
   return T::to_f(init[row * (W - 1) + (W - 1) + q]);
+}
+
+// The elements of a vector on the shifted grid (kVecShifted) that lie in
+// the row: dst is the vector's place, t0 its first element's row
+// position; element e is stored when 0 <= t0 + e < L.
+template <class T, int N>
+__device__ __forceinline__ void store_in_row(typename T::S* dst, int64_t t0, int64_t L,
+                                             const float (&v)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if (t0 + e >= 0 && t0 + e < L) dst[e] = T::from_f(v[e]);
+  }
 }
 
 // Channel-first halos, loaded directly (the neighbouring lanes load the same

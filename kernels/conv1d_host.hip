@@ -1,6 +1,7 @@
 // Host side of the conv1d kernel API (conv1d_kernels.h): argument checks,
 // planning of the ragged segment table (tiles, workspace layout, vector-path
 // legality per segment) and the dispatch to the kernel families.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -38,27 +39,35 @@ int32_t ShortLanes(int64_t nvec) {
 
 // Whether the channel-first vector path may take a row of length L,
 // alignment aside: whole 16-byte vectors, and kernels that pass the halo
-// from lane to lane (the backward, short rows) need it within one vector;
-// the forward's long rows load it themselves.
+// from lane to lane (short rows, the 16-bit backward) need it within one
+// vector; long rows of the forward and of the fp32 backward (whose lanes
+// then load their own halos, bwd_cf_team_loads) take any width.
 bool CfVecShape(const Conv1dProblem& p, int64_t L) {
   const int64_t ne = 16 / ElemBytes(p.x_type);
   const bool bwd = p.op == KernelOp::kBackward;
-  return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || (!bwd && L / ne > kTeam));
+  const bool long_row = L / ne > kTeam && (!bwd || ne == 4);
+  return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || long_row);
 }
 
-// Whether a forward row that the vector path cannot take as it is (L not
-// a whole number of vectors, or a short row whose halo exceeds a vector)
+// Whether a row that the vector path cannot take as it is (L not a whole
+// number of vectors, or a short forward row whose halo exceeds a vector)
 // runs on the shifted vector grid (kVecShifted), as a long row (a team per
 // chunk, even when the row is a single chunk): rows past kTeam elements;
 // shorter ones keep the staged scalar path, whose tensors may stay in host
-// memory (Conv1dStreamsInPlace).
+// memory (Conv1dStreamsInPlace). The backward takes it in 16-bit types
+// (bwd_cf_stream_team) and in fp32 with the halo within a vector
+// (bwd_cf_team).
 bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
-  return p.op == KernelOp::kForward && L > kTeam && !CfVecShape(p, L);
+  const int64_t esize = ElemBytes(p.x_type);
+  const bool bwd = p.op == KernelOp::kBackward &&
+                   (esize == 2 || HaloInVector(p.width, static_cast<int>(16 / esize)));
+  return (p.op == KernelOp::kForward || bwd) && L > kTeam && !CfVecShape(p, L);
 }
 
 // The channel-first fast path's layout of a segment of B rows of length L
 // on the vector (vec) or scalar path: its scheduling fields, its tiles and
-// (backward, unless direct) its dweight partials in floats.
+// (backward, unless direct) its dweight partials in floats. Shifted rows
+// (L counted on the grid) are long rows, never walked.
 struct CfLayout {
   int32_t per_lane = 1;
   int32_t lanes_per_row = kTeam;
@@ -71,7 +80,7 @@ struct CfLayout {
 };
 
 CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
-                         int64_t short_steps, bool long_rows = false) {
+                         int64_t short_steps, bool shifted = false) {
   const bool bwd = p.op == KernelOp::kBackward;
   const int64_t esize = ElemBytes(p.x_type);
   const int64_t D = p.dim, W = p.width;
@@ -83,7 +92,7 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
   const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
   c.per_lane = static_cast<int32_t>(v);
   c.nchunks = CeilDiv(L, kTeam * v * n_el);
-  if (v == 1 && c.nchunks == 1 && !long_rows) {
+  if (v == 1 && c.nchunks == 1 && !shifted) {
     // Short rows: several rows per team and, when a row needs at most
     // half a team, several rows per slot (lanes_per_row lanes each).
     const int32_t lpr = ShortLanes(nvec);
@@ -113,7 +122,7 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
       const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
       c.per_lane = static_cast<int32_t>(per);
       c.nchunks = CeilDiv(steps, per);
-      if (bwd && c.nchunks == 1 && B * steps <= kBwdWalkSteps) {
+      if (bwd && c.nchunks == 1 && B * steps <= kBwdWalkSteps && !shifted) {
         c.walk = true;
         c.direct = true;
       }
@@ -239,10 +248,22 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       short_steps *= 2;
     }
   }
-  // First pass, in the caller's order: each segment's path, tiles and
-  // workspace floats, and its kernel family (kind).
-  std::vector<int8_t> kinds(static_cast<size_t>(n));
-  std::vector<int64_t> seg_tiles(static_cast<size_t>(n)), seg_floats(static_cast<size_t>(n));
+  // First pass, in the caller's order: each segment's path, tiles,
+  // workspace floats and kernel family (kind), the last three in per-thread
+  // scratch indexed by the caller's order (source_index), which keeps its
+  // capacity: planning allocates nothing in steady state.
+  // Rank of each kind in the table's order: long-range families first, so
+  // that the fp32 long launch from tile 0 covers only its own.
+  constexpr int kRank[4] = {0, 3, 1, 2};  // kinds 0 long, 1 short, 2 stream, 3 walk
+  struct Counts {
+    int64_t tiles, floats;
+    int kind;
+  };
+  thread_local std::vector<Counts> counts;
+  counts.resize(static_cast<size_t>(n));
+  uint32_t ranks_seen = 0;
+  bool ordered = true;
+  int prev_rank = 0;
   for (int32_t i = 0; i < n; ++i) {
     Conv1dSegment& s = segs[i];
     const int64_t B = s.batch, L = s.seqlen;
@@ -310,43 +331,44 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
                      : s.rows_per_tile > 1 ? 1
                      : walk ? 3
                      : esize == 2 ? 2 : 0;
-    kinds[i] = static_cast<int8_t>(kind);
-    seg_tiles[i] = tiles - s.tile_begin;
-    seg_floats[i] = floats - floats_before;
+    const int rank = kRank[kind];
+    ordered = ordered && rank >= prev_rank;
+    prev_rank = rank;
+    ranks_seen |= 1u << rank;
+    counts[i] = {tiles - s.tile_begin, floats - floats_before, kind};
   }
-  // Second pass: the segments ordered by family (stable; long-range
-  // families first, so that the fp32 long launch from tile 0 covers only
-  // its own), then their tiles and workspace numbered in that order. Each
-  // family's tiles are then one contiguous range that its kernel walks
-  // without meeting another family's tiles.
-  {
-    constexpr int kOrder[4] = {0, 2, 3, 1};
-    std::vector<Conv1dSegment> sorted;
-    sorted.reserve(static_cast<size_t>(n));
-    std::vector<int64_t> t_of, f_of;
-    std::vector<int8_t> k_of;
-    for (int kind : kOrder) {
+  // Second pass: the segments ordered by family (stable), then their tiles
+  // and workspace numbered in that order. Each family's tiles are then one
+  // contiguous range that its kernel walks without meeting another
+  // family's tiles. A table already in order (one family, the common case)
+  // is not moved; otherwise it is reordered through per-thread scratch.
+  if (!ordered) {
+    thread_local std::vector<Conv1dSegment> scratch;
+    scratch.clear();
+    for (int rank = 0; rank < 4; ++rank) {
+      if (!(ranks_seen & (1u << rank))) continue;
       for (int32_t i = 0; i < n; ++i) {
-        if (kinds[i] != kind) continue;
-        sorted.push_back(segs[i]);
-        t_of.push_back(seg_tiles[i]);
-        f_of.push_back(seg_floats[i]);
-        k_of.push_back(kinds[i]);
+        if (kRank[counts[i].kind] == rank) scratch.push_back(segs[i]);
       }
     }
+    std::copy(scratch.begin(), scratch.end(), segs);
+  }
+  {
     int64_t t = 0, fl = 0;
     for (int32_t j = 0; j < n; ++j) {
-      Conv1dSegment& s = sorted[j];
+      Conv1dSegment& s = segs[j];
+      const Counts& c = counts[static_cast<size_t>(s.source_index)];
+      const int kind = c.kind;
+      const int64_t seg_tiles = c.tiles, seg_floats = c.floats;
       s.tile_begin = t;
       if (s.ws_partial_offset >= 0) s.ws_partial_offset = fl;
       s.ws_grad_offset = fl;
-      t += t_of[j];
-      fl += f_of[j];
-      if (t_of[j] > 0) {
-        if (lo[k_of[j]] < 0) lo[k_of[j]] = s.tile_begin;
-        hi[k_of[j]] = t;
+      t += seg_tiles;
+      fl += seg_floats;
+      if (seg_tiles > 0) {
+        if (lo[kind] < 0) lo[kind] = s.tile_begin;
+        hi[kind] = t;
       }
-      segs[j] = s;
     }
   }
   plan->path = path;
@@ -383,6 +405,10 @@ int64_t Conv1dWorkspaceBytes(const Conv1dProblem& p, const Conv1dSegmentSize* si
       int64_t f = CfSegmentLayout(p, B, L, /*vec=*/false, 1).floats;
       if (CfVecShape(p, L)) {
         const int64_t fv = CfSegmentLayout(p, B, L, /*vec=*/true, 1).floats;
+        f = fv > f ? fv : f;
+      } else if (CfShiftedShape(p, L)) {
+        const int64_t ne = 16 / ElemBytes(p.x_type);
+        const int64_t fv = CfSegmentLayout(p, B, L + ne - 1, /*vec=*/true, 1, true).floats;
         f = fv > f ? fv : f;
       }
       floats += f;

@@ -20,9 +20,9 @@ enum Path : int32_t {
 
 // Channel-first fast path: a team of 32 lanes (half a wavefront on wave64
 // hardware) owns one chunk of one row; each lane holds `per_lane` vectors of
-// 16 bytes (or single elements on the scalar path). Forward long rows
-// whose length is not a whole number of vectors work on the 16-byte grid
-// that starts before the row (kVecShifted).
+// 16 bytes (or single elements on the scalar path). Long rows whose
+// length is not a whole number of vectors (forward; fp32 backward) work on
+// the 16-byte grid that starts before the row (kVecShifted).
 // Rows shorter than one vector per lane are packed several to a team
 // (rows_per_tile) so that each lane still has several loads in flight,
 // lanes_per_row (at least kMinLanesPerRow) lanes per row.

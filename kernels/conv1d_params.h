@@ -87,23 +87,26 @@ struct Conv1dSegment {
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
   int32_t vec = 0;                // 1: 16-byte vector path is legal;
-                                  // kVecShifted: forward long rows of
-                                  // any length on the vector grid
+                                  // kVecShifted: long rows of any
+                                  // length on the vector grid
   int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };
 
-// Conv1dSegment::vec of channel-first forward rows of more than 32
-// elements that the vector path cannot take as they are (L not a whole
-// number of vectors, so rows start between 16-byte boundaries; or a short
-// row whose halo exceeds a vector), run by the long-row kernels: they work
-// on the aligned 16-byte grid that begins up to one vector before each
-// row (x and y must share that offset: both tensors 16-byte aligned).
+// Conv1dSegment::vec of channel-first rows of more than 32 elements that
+// the vector path cannot take as they are (L not a whole number of
+// vectors, so rows start between 16-byte boundaries; or a short forward
+// row whose halo exceeds a vector), run by the long-row kernels: the
+// forward's, and the fp32 backward's when the halo fits a vector. They
+// work on the aligned 16-byte grid that begins up to one vector before
+// each row (x and y, or x, dout and dx, must share that offset: every one
+// of them 16-byte aligned).
 // Whole grid vectors are read, so the last row's last vector may read up
-// to 15 bytes past x's end, inside the 16-byte block that holds x's last
-// element (never another page); the vectors that straddle a row's ends are
-// written element by element, so nothing outside y's rows is written.
+// to 15 bytes past the end of x (and dout), inside the 16-byte block that
+// holds its last element (never another page); the vectors that straddle
+// a row's ends are written element by element, so nothing outside the
+// rows of y (dx) is written.
 inline constexpr int32_t kVecShifted = 2;
 
 // The sizes of one segment, all the workspace query needs.

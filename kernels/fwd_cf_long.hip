@@ -198,6 +198,8 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
     for (int i = 0; i < kH; ++i) hist[j][i] = 0.0f;
     if (on[j] && (!(kShuffle || kShuffle2) || own0)) {
       if constexpr (kShift) {
+        // Element by element: load_left's vector branch spills here at
+        // W = 4 (80 registers).
         const int64_t pos = pos0 + j * jstride - o;
 #pragma unroll
         for (int i = 0; i < kH; ++i) hist[j][i] = x_tilde_cf<T>(p, seg, xrow, row0, pos - kH + i, W);
@@ -271,11 +273,7 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
       if (!kShift || (g >= N && g + N <= Lx)) {
         store_f<T, N>(yb + j * jstride, out);
       } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const int64_t t = g + e - o;
-          if (t >= 0 && t < L) yrow[t] = T::from_f(out[e]);
-        }
+        store_in_row<T, N>(yrow + (g - o), g - o, L, out);
       }
     }
   }

@@ -75,14 +75,7 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
 #pragma unroll
   for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-  if (last) {
-    if constexpr (kShift) {
-#pragma unroll
-      for (int i = 0; i < kH; ++i) carry[i] = x_tilde_cf<T>(p, seg, xrow, row, c0 - o - kH + i, W);
-    } else {
-      load_left<T, N, W>(p, seg, xrow, row, c0, carry);
-    }
-  }
+  if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
   float w[W], bias = 0.0f;
   {
     const int64_t d = mod_fast(row, p.dim);
@@ -131,11 +124,7 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
       if (!kShift || (g >= N && g + N <= Lx)) {
         store_words(yp + static_cast<int64_t>(st) * kStep, pack_words<T>(out));
       } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const int64_t t = g + e - o;
-          if (t >= 0 && t < L) yrow[t] = T::from_f(out[e]);
-        }
+        store_in_row<T, N>(yp + static_cast<int64_t>(st) * kStep, g - o, L, out);
       }
     }
   }

@@ -1,10 +1,11 @@
-// GPU kernel tests of the forward's shifted vector grid (kVecShifted):
-// channel-first long rows whose length is not a whole number of 16-byte
-// vectors, so that most rows start between vector boundaries. Every width
-// of the fast path, every dtype pair, with and without initial/final
-// states, alone and fused with aligned rows, against the float64
-// reference; and the planner's choice of path. Skip without a device
-// (the planner test runs everywhere).
+// GPU kernel tests of the shifted vector grid (kVecShifted): channel-first
+// long rows whose length is not a whole number of 16-byte vectors, so that
+// most rows start between vector boundaries. Forward: every width of the
+// fast path, every dtype pair, with and without initial/final states.
+// Backward (16-bit types; fp32 at widths whose halo fits within a vector):
+// every width with SiLU, bias and every state tensor cycled. Alone and fused with aligned
+// rows, against the float64 reference; and the planner's choice of path.
+// Skip without a device (the planner test runs everywhere).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -43,6 +44,29 @@ TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
   }
 }
 
+// The backward on the shifted grid: dx, dweight, dbias and
+// dinitial_states against the reference for every width it takes (fp32
+// 2..4, 16-bit 2..8) and every dtype pair, with SiLU, bias and the state
+// tensors on and off, single-chunk and multi-chunk rows.
+TEST(Conv1dShiftedRows, BackwardEveryWidthAndPairMatchesTheReference) {
+  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  std::mt19937_64 rng = TestRng();
+  uint32_t n = 0;
+  for (const Pair& pr : kPairs) {
+    const int max_w = pr.x == ScalarType::kF32 ? 4 : 8;
+    for (int W = 2; W <= max_w; ++W) {
+      for (uint32_t bits : {0x00u, 0x1fu, 0x03u, 0x1cu}) {
+        ++n;
+        const int64_t L = kLengths[(n * 3) % std::size(kLengths)];
+        const int64_t D = n % 2 ? 7 : 5;
+        const Conv1dProblem p =
+            MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, D, W, bits);
+        EXPECT_EQ(RunOneSegment(p, 3, L, rng), "") << "W=" << W << " L=" << L << " bits=" << bits;
+      }
+    }
+  }
+}
+
 // A fused launch of rows of random lengths 1..4096 (aligned, shifted,
 // short) gives the reference's values and the same bytes as each segment
 // alone.
@@ -72,16 +96,49 @@ TEST(Conv1dShiftedRows, MixedLengthsFusedEqualSeparate) {
   }
 }
 
-// The planner puts aligned forward rows of more than 32 elements and
-// other lengths on the shifted grid, and keeps the staged short rows,
-// whole-vector rows, misaligned tensors and the backward off it.
-TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongForwardRowsOnly) {
+// The same for the backward: every output right, and each segment's bytes
+// as when alone.
+TEST(Conv1dShiftedRows, BackwardMixedLengthsFusedEqualSeparate) {
+  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  std::mt19937_64 rng = TestRng();
+  std::uniform_int_distribution<int64_t> ldist(1, 4096), bdist(1, 2);
+  for (const Pair& pr : {kPairs[0], kPairs[2]}) {
+    for (int W : {2, 4, 7}) {
+      if (pr.x == ScalarType::kF32 && W > 4) continue;
+      const Conv1dProblem p = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 6, W, 0x1f);
+      std::vector<SegmentData> segs(24);
+      for (auto& s : segs) {
+        s.batch = bdist(rng);
+        s.seqlen = ldist(rng);
+        MakeInputs(p, &s, rng);
+      }
+      std::vector<SegmentData> fused = segs;
+      ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, segs);
+      ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, segs);
+      for (size_t i = 0; i < segs.size(); i += 5) {
+        std::vector<SegmentData> one{segs[i]};
+        ASSERT_EQ(RunFused(p, &one), "");
+        EXPECT_EQ(fused[i].dx.bytes, one[0].dx.bytes) << "segment " << i;
+        EXPECT_EQ(fused[i].dweight.bytes, one[0].dweight.bytes) << "segment " << i;
+        EXPECT_EQ(fused[i].dbias.bytes, one[0].dbias.bytes) << "segment " << i;
+        EXPECT_EQ(fused[i].dinit.bytes, one[0].dinit.bytes) << "segment " << i;
+      }
+    }
+  }
+}
+
+// The planner puts aligned rows of more than 32 elements and other
+// lengths on the shifted grid (the fp32 backward when its halo fits within
+// a vector); it keeps the staged short rows, whole-vector rows, misaligned
+// tensors and wider fp32 backward filters off it.
+TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongRowsItCanTake) {
   alignas(16) static float buf[64];
   Conv1dProblem p;
   p.dim = 4;
   p.width = 4;
-  auto plan_vec = [&](KernelOp op, kernels::ScalarType t, int64_t L, int misalign) {
+  auto plan_vec = [&](KernelOp op, kernels::ScalarType t, int64_t L, int misalign, int W = 4) {
     Conv1dProblem q = p;
+    q.width = W;
     q.op = op;
     q.x_type = q.weight_type = t;
     kernels::Conv1dSegment s;
@@ -107,7 +164,19 @@ TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongForwardRowsOnly) {
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 33, 0), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 31, 0), 0);  // staged short rows
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 4093, 1), 0);  // misaligned
-  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0), 0);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 33, 0, 2), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 5), 0);  // halo = a vector
+  // fp32 backward rows of whole vectors with a halo past a vector: long
+  // rows on the vector path (lanes load their own halos), short ones not.
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 4096, 0, 8), 1);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 64, 0, 8), 0);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 31, 0), 0);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 1), 0);  // misaligned
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kBF16, 4093, 0), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kBF16, 33, 0, 8), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kBF16, 4096, 0), 1);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kBF16, 4093, 1), 0);  // misaligned
 }
 
 }  // namespace
