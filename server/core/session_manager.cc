@@ -255,7 +255,10 @@ absl::Status SessionManager::BeginStep(Session& session, const TensorView& x,
   const SessionSpec& spec = session.spec_;
   *key = spec.key;
   ConvSegment& seg = *segment;
-  seg = ConvSegment();
+  // Copied from an empty segment rather than moved from a temporary, whose
+  // unused inline shape storage GCC takes for uninitialized bytes.
+  static const ConvSegment kEmpty;
+  seg = kEmpty;
   seg.batch = spec.batch;
   seg.seqlen = x.shape[spec.key.layout == Layout::kChannelFirst ? 2 : 1];
   seg.state_len = spec.history_len();
