@@ -23,6 +23,11 @@ absl::Status Ended(const Session& s, SessionState state) {
 
 }  // namespace
 
+absl::Status SessionNotFound(absl::string_view session_id) {
+  return absl::NotFoundError(absl::StrCat(
+      "session_id \"", session_id, "\" is not an open session (unknown, closed or expired)"));
+}
+
 const char* SessionStateName(SessionState s) {
   switch (s) {
     case SessionState::kOpen: return "open";
@@ -184,10 +189,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(SessionSpec spec,
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Find(absl::string_view id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "session_id \"", id, "\" is not an open session (unknown, closed or expired)"));
-  }
+  if (it == sessions_.end()) return SessionNotFound(id);
   return it->second;
 }
 

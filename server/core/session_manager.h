@@ -36,6 +36,11 @@
 // bytes a session needs are B * D * H * sizeof(dtype), at most the pool's
 // slot_bytes.
 //
+// Ownership: a session records the principal that opened it
+// (SessionSpec::owner; "" on a server that authenticates nobody), and a fork
+// keeps its source's. The manager only stores it: the frontend decides who
+// may use a session it finds (server/frontend/ownership.h).
+//
 // Limits: a full pool refuses a new session with RESOURCE_EXHAUSTED and
 // never evicts one. A session idle (no operation) for idle_timeout expires:
 // its slot is freed and its id answers NOT_FOUND from then on. Sessions
@@ -90,7 +95,7 @@ enum class SessionState : uint8_t {
 };
 const char* SessionStateName(SessionState s);  // "open", "stepping", ...
 
-// What a session computes; fixed at open.
+// What a session computes, and whose it is; fixed at open.
 struct SessionSpec {
   // An update key: x_dtype, weight_dtype, dim, width, activation, layout,
   // has_bias.
@@ -102,6 +107,8 @@ struct SessionSpec {
   TensorView weight;
   TensorView bias;
   std::shared_ptr<const void> weights_owner;
+  // The principal that opened the session; "" without authentication.
+  std::string owner;
 
   int64_t history_len() const { return state_len + max_draft_tokens; }  // H
   int64_t row_count() const { return batch * key.dim; }
@@ -110,6 +117,10 @@ struct SessionSpec {
 };
 
 class SessionManager;
+
+// NOT_FOUND naming `session_id`: what Find answers for an id that names no
+// live session, and what the frontend answers for another principal's.
+absl::Status SessionNotFound(absl::string_view session_id);
 
 // A handle to one session; the manager keeps its mutable state. Handles stay
 // valid after the session ends (operations then answer NOT_FOUND).

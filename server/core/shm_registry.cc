@@ -99,7 +99,8 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRegistry>> SharedMemoryRegistry::Crea
 SharedMemoryRegistry::~SharedMemoryRegistry() = default;
 
 absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string_view key,
-                                            int64_t offset, int64_t byte_size) {
+                                            int64_t offset, int64_t byte_size,
+                                            absl::string_view owner) {
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   if (offset < 0) {
@@ -117,6 +118,7 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
 
   auto region = std::make_shared<Region>();
   region->info.name = std::string(name);
+  region->info.owner = std::string(owner);
   region->info.key = std::string(key);
   region->info.offset = offset;
   region->info.byte_size = byte_size;
@@ -165,7 +167,8 @@ absl::Status SharedMemoryRegistry::Register(absl::string_view name, absl::string
 
 absl::Status SharedMemoryRegistry::RegisterDevice(absl::string_view name,
                                                   absl::string_view raw_handle,
-                                                  int32_t device_id, int64_t byte_size) {
+                                                  int32_t device_id, int64_t byte_size,
+                                                  absl::string_view owner) {
   if (absl::Status s = CheckName(name); !s.ok()) return s;
   if (options_.importer == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -193,6 +196,7 @@ absl::Status SharedMemoryRegistry::RegisterDevice(absl::string_view name,
   auto region = std::make_shared<Region>();
   region->info.type = RegionType::kDevice;
   region->info.name = std::string(name);
+  region->info.owner = std::string(owner);
   region->info.byte_size = byte_size;
   region->info.raw_handle = std::string(raw_handle);
   region->info.device_id = device_id;
@@ -236,9 +240,25 @@ const char* TypeName(RegionType type) {
   return type == RegionType::kDevice ? "CUDA" : "system";
 }
 
+// The one answer for a region that is not there, or not `user`'s to reach.
+absl::Status NotRegistered(RegionType type, absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat("name: ", TypeName(type), " shared-memory region \"",
+                                          name, "\" is not registered"));
+}
+
+bool Owns(const RegionUser& user, const SharedRegionInfo& info) {
+  return info.owner == user.principal;
+}
+
+// Status and Unregister by name (see Ownership in the header).
+bool Reaches(const RegionUser& user, const SharedRegionInfo& info) {
+  return user.all_regions || Owns(user, info);
+}
+
 }  // namespace
 
-absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, RegionType type) {
+absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, RegionType type,
+                                              const RegionUser& user) {
   // Regions erased here are released after the lock (declared before it,
   // destroyed after it): unpinning or closing device memory may take a while.
   std::vector<std::shared_ptr<Region>> released;
@@ -247,9 +267,9 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, RegionType
   // one while it is erased.
   if (!name.empty()) {
     auto it = regions_.find(name);
-    if (it == regions_.end() || it->second->info.type != type) {
-      return absl::NotFoundError(absl::StrCat(TypeName(type), " shared-memory region \"",
-                                              name, "\" is not registered"));
+    if (it == regions_.end() || it->second->info.type != type ||
+        !Reaches(user, it->second->info)) {
+      return NotRegistered(type, name);
     }
     const int64_t users = it->second->leases.load();
     if (users > 0) {
@@ -263,7 +283,7 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, RegionType
   }
   std::vector<std::string> busy;
   for (auto it = regions_.begin(); it != regions_.end();) {
-    if (it->second->info.type != type) {
+    if (it->second->info.type != type || !Owns(user, it->second->info)) {
       ++it;
     } else if (it->second->leases.load() > 0) {
       busy.push_back(absl::StrCat("\"", it->first, "\""));
@@ -281,31 +301,34 @@ absl::Status SharedMemoryRegistry::Unregister(absl::string_view name, RegionType
 }
 
 absl::StatusOr<std::vector<SharedRegionInfo>> SharedMemoryRegistry::Status(
-    absl::string_view name, RegionType type) const {
+    absl::string_view name, RegionType type, const RegionUser& user) const {
   absl::MutexLock lock(&mu_);
   std::vector<SharedRegionInfo> out;
   for (const auto& [region_name, region] : regions_) {
-    if (region->info.type != type) continue;
+    if (region->info.type != type || !Reaches(user, region->info)) continue;
     if (!name.empty() && region_name != name) continue;
     out.push_back(region->info);
     out.back().in_use = region->leases.load();
   }
-  if (!name.empty() && out.empty()) {
-    return absl::NotFoundError(absl::StrCat(TypeName(type), " shared-memory region \"", name,
-                                            "\" is not registered"));
-  }
+  if (!name.empty() && out.empty()) return NotRegistered(type, name);
   return out;
 }
 
 absl::StatusOr<SharedSpan> SharedMemoryRegistry::Resolve(absl::string_view name,
                                                          int64_t offset, int64_t bytes,
-                                                         absl::string_view what) const {
+                                                         absl::string_view what,
+                                                         const RegionUser& user) const {
   std::shared_ptr<Region> region;
   SharedSpan span;
   {
     absl::MutexLock lock(&mu_);
     auto it = regions_.find(name);
-    if (it == regions_.end()) {
+    if (it != regions_.end() && !Owns(user, it->second->info) && user.all_regions) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          what, ": shared-memory region \"", name, "\" belongs to another principal; '",
+          user.principal, "' may list and unregister it, not read or write it"));
+    }
+    if (it == regions_.end() || !Owns(user, it->second->info)) {
       return absl::NotFoundError(absl::StrCat(what, ": shared-memory region \"", name,
                                               "\" is not registered"));
     }

@@ -46,6 +46,22 @@
 // in place, and the host never touches them. Without an importer (the cpu
 // and echo backends) RegisterDevice is FAILED_PRECONDITION.
 //
+// Ownership: a region belongs to the principal that registered it
+// (SharedRegionInfo::owner; "" on a server that authenticates nobody, whose
+// callers are all ""). Calls say who asks with a RegionUser:
+//   - Resolve serves a region to its owner only: request tensors of one
+//     principal never read or write another's region.
+//   - Status and Unregister by name reach another principal's region only
+//     for a user with all_regions (the operators).
+//   - To anyone else another principal's region is answered exactly as one
+//     that is not registered (NOT_FOUND, the same message), so a guessed
+//     name tells nothing. A user with all_regions that resolves another's
+//     region gets PERMISSION_DENIED instead: it sees the region in Status.
+//   - Unregister with an empty name releases only the user's own regions,
+//     whatever all_regions says.
+//   - Names are one namespace for all principals: registering a name that
+//     another principal holds is ALREADY_EXISTS.
+//
 // Any caller that may register may map any shared-memory object the server
 // process can open: run the server as a user that can open only what its
 // clients may hand it (as with Triton).
@@ -77,6 +93,16 @@ namespace conv1d {
 // unregisters only its own.
 enum class RegionType : uint8_t { kSystem, kDevice };
 
+// Who asks for a region (see Ownership above). The default is every caller
+// of a server without authentication.
+struct RegionUser {
+  // The principal's name; regions it registers are its own.
+  std::string principal;
+  // Status lists, and Unregister by name removes, other principals' regions
+  // too; Resolve still serves their bytes to their owners only.
+  bool all_regions = false;
+};
+
 struct SharedMemoryRegistryOptions {
   // Regions registered at once; 1 .. 65536. Register answers
   // RESOURCE_EXHAUSTED past it.
@@ -92,6 +118,7 @@ struct SharedMemoryRegistryOptions {
 struct SharedRegionInfo {
   RegionType type = RegionType::kSystem;
   std::string name;
+  std::string owner;        // the registering principal (see Ownership)
   std::string key;          // system regions: the shm_open name
   int64_t offset = 0;     // bytes into the shared-memory object
   int64_t byte_size = 0;  // bytes of the region
@@ -128,9 +155,10 @@ class SharedMemoryRegistry {
   // INVALID_ARGUMENT for an empty or overlong name, a malformed key, a zero
   // size or a range past the object's end; ALREADY_EXISTS when the name is
   // taken; NOT_FOUND when the key does not exist; PERMISSION_DENIED when it
-  // cannot be opened read-write; RESOURCE_EXHAUSTED past max_regions.
+  // cannot be opened read-write; RESOURCE_EXHAUSTED past max_regions. The
+  // region belongs to `owner`.
   absl::Status Register(absl::string_view name, absl::string_view key, int64_t offset,
-                        int64_t byte_size);
+                        int64_t byte_size, absl::string_view owner = {});
 
   // Opens the device memory `raw_handle` exports on device `device_id` and
   // registers its first `byte_size` bytes under `name`. INVALID_ARGUMENT
@@ -138,28 +166,35 @@ class SharedMemoryRegistry {
   // backend does not use, or a size past the exported allocation;
   // ALREADY_EXISTS and RESOURCE_EXHAUSTED as Register; FAILED_PRECONDITION
   // when there is no importer or the runtime refuses the handle. Every
-  // message names the region.
+  // message names the region. The region belongs to `owner`.
   absl::Status RegisterDevice(absl::string_view name, absl::string_view raw_handle,
-                              int32_t device_id, int64_t byte_size);
+                              int32_t device_id, int64_t byte_size,
+                              absl::string_view owner = {});
   // Whether RegisterDevice can succeed at all (an importer was given).
   bool serves_device_regions() const { return options_.importer != nullptr; }
 
-  // See the lifetime rules above. Only regions of `type` are unregistered;
-  // NOT_FOUND when `name` is not a registered region of that type.
-  absl::Status Unregister(absl::string_view name, RegionType type = RegionType::kSystem);
+  // See the lifetime and ownership rules above. Only regions of `type` that
+  // `user` may reach are unregistered; NOT_FOUND naming `name` when it is
+  // not a registered region of that type that `user` may reach.
+  absl::Status Unregister(absl::string_view name, RegionType type = RegionType::kSystem,
+                          const RegionUser& user = {});
 
-  // The regions of `type` (all of them when `name` is empty), by name.
-  // NOT_FOUND when a named region is not registered as that type.
+  // The regions of `type` that `user` may reach (all of them when `name` is
+  // empty), by name. NOT_FOUND naming `name` when a named region is not
+  // registered as that type or `user` may not reach it.
   absl::StatusOr<std::vector<SharedRegionInfo>> Status(
-      absl::string_view name, RegionType type = RegionType::kSystem) const;
+      absl::string_view name, RegionType type = RegionType::kSystem,
+      const RegionUser& user = {}) const;
 
-  // `bytes` bytes at `offset` inside region `name`. `what` names the tensor
-  // in messages ("input 'x'"). NOT_FOUND when the region is not registered;
-  // INVALID_ARGUMENT when the range is negative or leaves the region;
-  // FAILED_PRECONDITION when the object has shrunk under the region.
-  // Regions of both types resolve by name.
+  // `bytes` bytes at `offset` inside region `name`, which must be `user`'s.
+  // `what` names the tensor in messages ("input 'x'"). NOT_FOUND when the
+  // region is not registered or is another principal's (PERMISSION_DENIED
+  // for a user with all_regions); INVALID_ARGUMENT when the range is
+  // negative or leaves the region; FAILED_PRECONDITION when the object has
+  // shrunk under the region. Regions of both types resolve by name.
   absl::StatusOr<SharedSpan> Resolve(absl::string_view name, int64_t offset,
-                                     int64_t bytes, absl::string_view what) const;
+                                     int64_t bytes, absl::string_view what,
+                                     const RegionUser& user = {}) const;
 
  private:
   struct Region;

@@ -1,5 +1,6 @@
 // SharedMemoryRegistry against real POSIX shared-memory objects: mapping,
-// bounds, the in-use rule of Unregister, objects that shrink or vanish.
+// bounds, the in-use rule of Unregister, objects that shrink or vanish, and
+// which principal's calls reach a region.
 #include "server/core/shm_registry.h"
 
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -146,6 +148,47 @@ TEST(SharedMemoryRegistry, RangesOutsideTheRegionAreRefusedByName) {
   absl::StatusOr<SharedSpan> missing = reg->Resolve("nope", 0, 1, "output 'y'");
   EXPECT_TRUE(absl::IsNotFound(missing.status()));
   EXPECT_THAT(missing.status().message(), HasSubstr("\"nope\" is not registered"));
+}
+
+TEST(SharedMemoryRegistry, RegionsServeOnlyTheirOwnerAndHideFromOthers) {
+  ShmObject obj(4096);
+  auto reg = MakeRegistry();
+  const RegionUser alice{"alice", false}, bob{"bob", false}, ops{"ops", true};
+  ASSERT_TRUE(reg->Register("a", obj.key(), 0, 1024, "alice").ok());
+  ASSERT_TRUE(reg->Register("b", obj.key(), 1024, 1024, "bob").ok());
+  EXPECT_EQ((*reg->Status("a", RegionType::kSystem, alice))[0].owner, "alice");
+  EXPECT_TRUE(reg->Resolve("a", 0, 8, "x", alice).ok());
+
+  // To another principal, alice's region is answered as one never registered.
+  auto unknown = reg->Resolve("never", 0, 8, "x", bob);
+  auto foreign = reg->Resolve("a", 0, 8, "x", bob);
+  EXPECT_TRUE(absl::IsNotFound(foreign.status()));
+  EXPECT_EQ(foreign.status().message(),
+            absl::StrReplaceAll(unknown.status().message(), {{"never", "a"}}));
+  absl::Status status_foreign = reg->Status("a", RegionType::kSystem, bob).status();
+  absl::Status status_unknown = reg->Status("never", RegionType::kSystem, bob).status();
+  EXPECT_TRUE(absl::IsNotFound(status_foreign));
+  EXPECT_EQ(status_foreign.message(),
+            absl::StrReplaceAll(status_unknown.message(), {{"never", "a"}}));
+  EXPECT_THAT(status_foreign.message(), HasSubstr("name: "));
+  EXPECT_TRUE(absl::IsNotFound(reg->Unregister("a", RegionType::kSystem, bob)));
+  auto listed = reg->Status("", RegionType::kSystem, bob);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name, "b");
+  // Names are one namespace: taken is taken.
+  EXPECT_TRUE(absl::IsAlreadyExists(reg->Register("a", obj.key(), 0, 16, "bob")));
+
+  // Operators see and unregister every region but read none of another's.
+  EXPECT_EQ(reg->Status("", RegionType::kSystem, ops)->size(), 2u);
+  EXPECT_TRUE(absl::IsPermissionDenied(reg->Resolve("a", 0, 8, "x", ops).status()));
+  // Unregister of every region releases only the caller's own.
+  EXPECT_TRUE(reg->Unregister("", RegionType::kSystem, bob).ok());
+  EXPECT_TRUE(reg->Unregister("", RegionType::kSystem, ops).ok());
+  EXPECT_TRUE(reg->Resolve("a", 0, 8, "x", alice).ok());
+  EXPECT_TRUE(absl::IsNotFound(reg->Resolve("b", 0, 8, "x", bob).status()));
+  EXPECT_TRUE(reg->Unregister("a", RegionType::kSystem, ops).ok());
+  EXPECT_TRUE(absl::IsNotFound(reg->Resolve("a", 0, 8, "x", alice).status()));
 }
 
 TEST(SharedMemoryRegistry, RegistrationChecksKeyNameAndSize) {
