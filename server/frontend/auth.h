@@ -21,7 +21,8 @@
 // may change them. A weight set registered by one principal cannot be
 // replaced, unregistered or used by another `infer` principal
 // (PERMISSION_DENIED). Without a token file nobody is authenticated and every
-// call may do everything (sets have no owner).
+// call may do everything (sets have no owner). Decode sessions and
+// shared-memory regions belong to principals too: ownership.h.
 //
 // Used by Conv1dService (Authenticate on every call, then the policy
 // functions), by Server (the TokenAuthProcessor on TLS listeners whose health

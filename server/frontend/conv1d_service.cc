@@ -13,6 +13,7 @@
 #include "grpcpp/support/proto_buffer_writer.h"
 #include "server/core/segment_check.h"
 #include "server/core/task.h"
+#include "server/frontend/ownership.h"
 #include "server/frontend/status_mapping.h"
 #include "server/frontend/v1_shared_memory.h"
 
@@ -202,14 +203,16 @@ grpc::ServerUnaryReactor* Conv1dService::Compute(
       return reactor;
     }
   }
-  status = AttachSharedInputs(call->request, shm_, &call->request_data, &call->leases);
+  const RegionUser region_user = RegionUserOf(info.principal);
+  status = AttachSharedInputs(call->request, shm_, region_user, &call->request_data,
+                              &call->leases);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   ValidatedCall valid;
   status = validate(call->request, *registry_, options_.limits, &valid,
                     &call->request_data);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
-  status = ResolveSharedOutputs(call->request, shm_, &valid, &call->shared_outputs,
-                                &call->leases);
+  status = ResolveSharedOutputs(call->request, shm_, region_user, &valid,
+                                &call->shared_outputs, &call->leases);
   if (!status.ok()) return fail(RejectReason::kInvalid, status);
   if (valid.weights != nullptr) {
     status = MayUseWeights(info.principal, *valid.weights);

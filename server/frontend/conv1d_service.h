@@ -45,7 +45,12 @@
 // Tensors may name a place in a registered system shared-memory region
 // instead of carrying bytes (Tensor.shared_memory, output_shared_memory):
 // they are read and written there (Placement kSharedHost for page-locked
-// regions, shm_registry.h).
+// regions, shm_registry.h), when the region is the caller's own.
+//
+// Decode sessions belong to the principal that opened them: a call naming
+// another principal's session is NOT_FOUND, as for an unknown id, except
+// that an admin may close it (and is PERMISSION_DENIED for anything else);
+// see ownership.h.
 //
 // Compute calls reach the scheduler through a RequestSubmitter
 // (request_submit.h), the path the Open Inference Protocol frontend shares.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_writer.h"
+#include "server/frontend/ownership.h"
 #include "server/frontend/request_log.h"
 #include "server/frontend/status_mapping.h"
 #include "server/frontend/wire_tensors.h"
@@ -34,20 +35,21 @@ absl::Status CheckOwnId(const std::string& id, const Session& session,
 
 DecodeStream::DecodeStream(grpc::CallbackServerContext* context, SessionCalls* calls,
                            Observer* observer, std::string request_id,
-                           AccessLog* access_log)
+                           AccessLog* access_log, Principal principal)
     : context_(context),
       calls_(calls),
       observer_(observer),
       request_id_(std::move(request_id)),
       access_log_(access_log),
+      principal_(std::move(principal)),
       start_(absl::Now()),
       deadline_(DeadlineOf(*context)) {}
 
 DecodeStream* DecodeStream::Start(grpc::CallbackServerContext* context, SessionCalls* calls,
                                   Observer* observer, std::string request_id,
-                                  AccessLog* access_log) {
-  std::shared_ptr<DecodeStream> stream(
-      new DecodeStream(context, calls, observer, std::move(request_id), access_log));
+                                  AccessLog* access_log, Principal principal) {
+  std::shared_ptr<DecodeStream> stream(new DecodeStream(
+      context, calls, observer, std::move(request_id), access_log, std::move(principal)));
   stream->self_ = stream;
   observer->OnRequestStart(kMethod);
   if (calls->draining()) {
@@ -100,8 +102,8 @@ void DecodeStream::Handle() {
     }
     const v1::OpenSessionRequest& open = req_.open();
     if (open.session_id().empty()) {
-      return calls_->Open(open, "open.", /*attached=*/true, resp_.mutable_open(), deadline_,
-                          cancelled, &session_, reply);
+      return calls_->Open(open, "open.", /*attached=*/true, principal_, resp_.mutable_open(),
+                          deadline_, cancelled, &session_, reply);
     }
     if (open.weights_case() != v1::OpenSessionRequest::WEIGHTS_NOT_SET ||
         open.has_conv_state() || open.has_prefill()) {
@@ -111,6 +113,9 @@ void DecodeStream::Handle() {
     }
     absl::StatusOr<std::shared_ptr<Session>> found = calls_->manager()->Find(open.session_id());
     if (!found.ok()) return Reply(found.status());
+    if (absl::Status s = MayAccessSession(principal_, **found, SessionAccess::kUse); !s.ok()) {
+      return Reply(s);
+    }
     if (absl::Status s = calls_->manager()->Attach(**found); !s.ok()) return Reply(s);
     session_ = *std::move(found);
     const SessionSpec& spec = session_->spec();
@@ -231,6 +236,7 @@ void DecodeStream::End(const absl::Status& status, const grpc::ByteBuffer* last)
   finished.latency = latency;
   finished.request_bytes = bytes_received_;
   finished.response_bytes = bytes_sent_ + last_bytes;
+  finished.principal = principal_.name;
   LogFinishedCall(finished, context_, access_log_);
   context_->AddTrailingMetadata(kRequestIdKey, request_id_);
   if (last != nullptr) {

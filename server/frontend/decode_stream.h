@@ -2,10 +2,10 @@
 // stream that owns one decode session (docs/sessions.md).
 //
 // The first message must open the session (or take over a detached one by
-// id); then steps, commits, forks and exports follow, each answered by one
-// response of the same kind, in order: the stream reads the next message
-// only once the previous one is answered, so one operation at a time runs on
-// the session. Any error ends the stream with its status (the code and a
+// id, when the caller may: ownership.h); then steps, commits, forks and
+// exports follow, each answered by one response of the same kind, in order:
+// the stream reads the next message only once the previous one is answered,
+// so one operation at a time runs on the session. Any error ends the stream with its status (the code and a
 // message naming the field) and closes the session; so does the client's
 // end of the stream (with OK). A stream never blocks a gRPC thread: steps
 // are answered from their task's on_done.
@@ -16,7 +16,8 @@
 // client can open the same state on another replica.
 //
 // Each stream is one call for the request log: the `x-request-id` trailer,
-// one access log line and the method's metrics when it ends.
+// one access log line (with the caller's principal) and the method's metrics
+// when it ends. A session the stream opens belongs to its caller.
 //
 // Lifetime: Start() creates the reactor, owned by itself until OnDone (and,
 // briefly, by a drain that holds a reference).
@@ -35,6 +36,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/core/observer.h"
 #include "server/core/session_manager.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/session_calls.h"
 #include "server/logging/access_log.h"
 
@@ -46,10 +48,11 @@ class DecodeStream final
  public:
   // Starts serving `context`'s call; the returned reactor lives until OnDone.
   // `request_id` goes back as the `x-request-id` trailer and names the call
-  // in its log lines; `access_log` may be null.
+  // in its log lines; `access_log` may be null. `principal` is the
+  // authenticated caller (auth.h's PrincipalOf).
   static DecodeStream* Start(grpc::CallbackServerContext* context, SessionCalls* calls,
                              Observer* observer, std::string request_id,
-                             AccessLog* access_log);
+                             AccessLog* access_log, Principal principal);
 
   // See the header. Thread-safe; idempotent.
   void Drain();
@@ -64,7 +67,8 @@ class DecodeStream final
   enum class Phase { kReading, kBusy, kFinished };
 
   DecodeStream(grpc::CallbackServerContext* context, SessionCalls* calls,
-               Observer* observer, std::string request_id, AccessLog* access_log);
+               Observer* observer, std::string request_id, AccessLog* access_log,
+               Principal principal);
 
   // Handles req_ (phase kBusy); ends with Reply.
   void Handle();
@@ -84,6 +88,7 @@ class DecodeStream final
   Observer* const observer_;
   const std::string request_id_;
   AccessLog* const access_log_;  // may be null
+  const Principal principal_;
   const absl::Time start_;
   const absl::Time deadline_;
   std::shared_ptr<DecodeStream> self_;  // released in OnDone

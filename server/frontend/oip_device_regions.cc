@@ -8,6 +8,7 @@
 namespace conv1d {
 
 absl::Status RegisterDeviceRegion(SharedMemoryRegistry* shm, absl::string_view backend,
+                                  absl::string_view owner,
                                   const inference::CudaSharedMemoryRegisterRequest& request) {
   if (!shm->serves_device_regions()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -26,14 +27,14 @@ absl::Status RegisterDeviceRegion(SharedMemoryRegistry* shm, absl::string_view b
   }
   return shm->RegisterDevice(request.name(), request.raw_handle(),
                              static_cast<int32_t>(request.device_id()),
-                             static_cast<int64_t>(request.byte_size()));
+                             static_cast<int64_t>(request.byte_size()), owner);
 }
 
-absl::Status DeviceRegionStatus(const SharedMemoryRegistry& shm,
+absl::Status DeviceRegionStatus(const SharedMemoryRegistry& shm, const RegionUser& user,
                                 const inference::CudaSharedMemoryStatusRequest& request,
                                 inference::CudaSharedMemoryStatusResponse* response) {
   absl::StatusOr<std::vector<SharedRegionInfo>> regions =
-      shm.Status(request.name(), RegionType::kDevice);
+      shm.Status(request.name(), RegionType::kDevice, user);
   if (!regions.ok()) return regions.status();
   for (const SharedRegionInfo& info : *regions) {
     auto& out = (*response->mutable_regions())[info.name];

@@ -20,13 +20,15 @@ namespace conv1d {
 
 // FAILED_PRECONDITION naming `backend` when it cannot use device memory;
 // INVALID_ARGUMENT for a negative device id or a size past int64; the
-// registry's errors otherwise.
+// registry's errors otherwise. The region belongs to `owner`.
 absl::Status RegisterDeviceRegion(SharedMemoryRegistry* shm, absl::string_view backend,
+                                  absl::string_view owner,
                                   const inference::CudaSharedMemoryRegisterRequest& request);
 
-// Device regions by name (all when the name is empty); NOT_FOUND for a
-// name that is not a registered device region.
-absl::Status DeviceRegionStatus(const SharedMemoryRegistry& shm,
+// Device regions that `user` may reach, by name (all when the name is
+// empty); NOT_FOUND for a name that is not a registered device region
+// `user` may reach.
+absl::Status DeviceRegionStatus(const SharedMemoryRegistry& shm, const RegionUser& user,
                                 const inference::CudaSharedMemoryStatusRequest& request,
                                 inference::CudaSharedMemoryStatusResponse* response);
 

@@ -56,7 +56,7 @@ bool HasTypedContents(const inference::InferTensorContents& c) {
 template <typename Request>
 absl::Status BindInput(const inference::ModelInferRequest& request, const RawBuffers* raw_in,
                        int index, Role role, const SharedMemoryRegistry* shm,
-                       Request* message,
+                       const RegionUser& user, Request* message,
                        DetachedTensors* detached,
                        std::vector<std::shared_ptr<void>>* leases) {
   const inference::ModelInferRequest::InferInputTensor& in = request.inputs(index);
@@ -84,7 +84,7 @@ absl::Status BindInput(const inference::ModelInferRequest& request, const RawBuf
           StrCat(what, ": this server has no shared-memory regions"));
     }
     absl::StatusOr<SharedSpan> span =
-        shm->Resolve(ref.region, ref.offset, ref.byte_size, what);
+        shm->Resolve(ref.region, ref.offset, ref.byte_size, what, user);
     if (!span.ok()) return span.status();
     detached->Add(t, std::move(span->data), span->bytes, span->where);
     leases->push_back(std::move(span->lease));
@@ -117,7 +117,7 @@ absl::Status BindInput(const inference::ModelInferRequest& request, const RawBuf
 template <typename Request>
 absl::Status TranslateInputs(const inference::ModelInferRequest& request,
                              const RawBuffers* raw_in, const OipModel& model,
-                             const SharedMemoryRegistry* shm,
+                             const SharedMemoryRegistry* shm, const RegionUser& user,
                              const std::string& weights_name, bool require_all,
                              OipInputRule rule, Request* message, DetachedTensors* detached,
                              std::vector<std::shared_ptr<void>>* leases) {
@@ -147,7 +147,8 @@ absl::Status TranslateInputs(const inference::ModelInferRequest& request,
     }
     if (seen.has(*role)) return InvalidArgumentError(StrCat("input '", name, "' is given twice"));
     seen = seen.with(*role);
-    absl::Status s = BindInput(request, raw_in, i, *role, shm, message, detached, leases);
+    absl::Status s =
+        BindInput(request, raw_in, i, *role, shm, user, message, detached, leases);
     if (!s.ok()) return s;
   }
   const bool sequence = rule != OipInputRule::kStateless;
@@ -216,7 +217,8 @@ absl::Status RequestedOutputs(const inference::ModelInferRequest& request,
 // request listed none, the computed but unrequested ones, and the regions of
 // those in shared memory (refs: one per requested output).
 absl::Status FinishOutputs(const OipModel& model, const SharedMemoryRegistry* shm,
-                           std::vector<ShmRef> refs, OipInferCall* call) {
+                           const RegionUser& user, std::vector<ShmRef> refs,
+                           OipInferCall* call) {
   auto requested = [&](Role r) {
     for (const OipOutput& o : call->outputs) {
       if (o.role == r) return true;
@@ -258,7 +260,7 @@ absl::Status FinishOutputs(const OipModel& model, const SharedMemoryRegistry* sh
           StrCat(what, ": this server has no shared-memory regions"));
     }
     absl::StatusOr<SharedSpan> span =
-        shm->Resolve(refs[i].region, refs[i].offset, refs[i].byte_size, what);
+        shm->Resolve(refs[i].region, refs[i].offset, refs[i].byte_size, what, user);
     if (!span.ok()) return span.status();
     if (span->bytes < view->bytes) {
       return InvalidArgumentError(StrCat(what, ": ", kParamShmByteSize, " is ", span->bytes,
@@ -296,7 +298,7 @@ const google::protobuf::Message* TranslatedRequest(const OipInferCall* call) {
 
 absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
                              const RawBuffers* raw, const WeightRegistry& registry,
-                             const SharedMemoryRegistry* shm,
+                             const SharedMemoryRegistry* shm, const RegionUser& user,
                              const ValidationLimits& limits, bool require_all_inputs,
                              OipInferCall* call) {
   const OipModel* model = FindOipModel(request.model_name());
@@ -326,7 +328,7 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
   };
   switch (model->op) {
     case Op::kForward:
-      s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
+      s = TranslateInputs(request, raw, *model, shm, user, weights_name, require_all_inputs,
                           OipInputRule::kStateless, &call->forward, &call->inputs,
                           &call->leases);
       if (!s.ok()) return s;
@@ -334,7 +336,7 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
       s = ValidateForward(call->forward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kBackward:
-      s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
+      s = TranslateInputs(request, raw, *model, shm, user, weights_name, require_all_inputs,
                           OipInputRule::kStateless, &call->backward, &call->inputs,
                           &call->leases);
       if (!s.ok()) return s;
@@ -342,7 +344,7 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
       s = ValidateBackward(call->backward, registry, limits, &call->valid, &call->inputs);
       break;
     case Op::kUpdate:
-      s = TranslateInputs(request, raw, *model, shm, weights_name, require_all_inputs,
+      s = TranslateInputs(request, raw, *model, shm, user, weights_name, require_all_inputs,
                           OipInputRule::kStateless, &call->update, &call->inputs,
                           &call->leases);
       if (!s.ok()) return s;
@@ -350,12 +352,13 @@ absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
       break;
   }
   if (!s.ok()) return InOipTerms(s);
-  return FinishOutputs(*model, shm, std::move(refs), call);
+  return FinishOutputs(*model, shm, user, std::move(refs), call);
 }
 
 absl::Status TranslateOipSequenceInputs(const inference::ModelInferRequest& request,
                                         const RawBuffers* raw,
                                         const SharedMemoryRegistry* shm,
+                                        const RegionUser& user,
                                         const std::string& weights_name, OipInputRule rule,
                                         OipInferCall* call) {
   call->model = FindOipModel(request.model_name());
@@ -363,13 +366,13 @@ absl::Status TranslateOipSequenceInputs(const inference::ModelInferRequest& requ
     return InvalidArgumentError(StrCat("model '", request.model_name(),
                                        "' serves no sequences (model conv1d_update does)"));
   }
-  return TranslateInputs(request, raw, *call->model, shm, weights_name, false, rule,
+  return TranslateInputs(request, raw, *call->model, shm, user, weights_name, false, rule,
                          &call->update, &call->inputs, &call->leases);
 }
 
 absl::Status PrepareOipSequenceOutputs(const inference::ModelInferRequest& request,
                                        const SharedMemoryRegistry* shm,
-                                       OipInferCall* call) {
+                                       const RegionUser& user, OipInferCall* call) {
   std::vector<ShmRef> refs;
   absl::Status s = RequestedOutputs(request, *call->model, &call->outputs, &refs);
   if (!s.ok()) return s;
@@ -380,7 +383,7 @@ absl::Status PrepareOipSequenceOutputs(const inference::ModelInferRequest& reque
     call->outputs.push_back(y);
     refs.emplace_back();
   }
-  return FinishOutputs(*call->model, shm, std::move(refs), call);
+  return FinishOutputs(*call->model, shm, user, std::move(refs), call);
 }
 
 void BindOipOutputs(const inference::ModelInferRequest& request, OipInferCall* call,

@@ -19,6 +19,10 @@
 // parameters name one; outputs the op computes but the request did not ask
 // for go to scratch memory owned by the call.
 //
+// Regions are resolved for the calling principal (`user`, shm_registry.h's
+// Ownership): another principal's region is NOT_FOUND like an unregistered
+// one (PERMISSION_DENIED for an admin).
+//
 // Errors are INVALID_ARGUMENT naming the input, output or parameter (NOT_FOUND
 // for an unknown model or weight set or an unregistered region). Requests
 // with sequence parameters go to oip_sequences.h, which uses the
@@ -78,7 +82,7 @@ struct OipInferCall {
 // views.
 absl::Status PrepareOipInfer(const inference::ModelInferRequest& request,
                              const RawBuffers* raw, const WeightRegistry& registry,
-                             const SharedMemoryRegistry* shm,
+                             const SharedMemoryRegistry* shm, const RegionUser& user,
                              const ValidationLimits& limits, bool require_all_inputs,
                              OipInferCall* call);
 
@@ -94,6 +98,7 @@ enum class OipInputRule { kStateless, kSequenceStart, kSequenceStep };
 absl::Status TranslateOipSequenceInputs(const inference::ModelInferRequest& request,
                                         const RawBuffers* raw,
                                         const SharedMemoryRegistry* shm,
+                                        const RegionUser& user,
                                         const std::string& weights_name, OipInputRule rule,
                                         OipInferCall* call);
 // The outputs of a sequence's request: y (the default), and conv_state_out
@@ -102,7 +107,7 @@ absl::Status TranslateOipSequenceInputs(const inference::ModelInferRequest& requ
 // latter empty unless requested) set.
 absl::Status PrepareOipSequenceOutputs(const inference::ModelInferRequest& request,
                                        const SharedMemoryRegistry* shm,
-                                       OipInferCall* call);
+                                       const RegionUser& user, OipInferCall* call);
 
 // Where BindOipOutputs puts returned outputs of at least `min_bytes` (>= 0;
 // < 0: none): in memory from `allocate`, recorded in `raw` by

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "server/frontend/oip_params.h"
+#include "server/frontend/ownership.h"
 #include "server/frontend/session_validation.h"
 
 namespace conv1d {
@@ -120,6 +121,7 @@ void OipSequences::Start(const std::shared_ptr<Work>& work) {
     work->done(s, 0, TaskTimings());
   };
   absl::Status s = TranslateOipSequenceInputs(request, work->in.raw_in, shm_,
+                                              RegionUserOf(work->in.principal),
                                               work->weights_name,
                                               OipInputRule::kSequenceStart, call);
   if (!s.ok()) return fail(s);
@@ -156,6 +158,7 @@ void OipSequences::Start(const std::shared_ptr<Work>& work) {
     auto set = std::static_pointer_cast<const WeightSet>(valid.spec.weights_owner);
     if (s = MayUseWeights(work->in.principal, *set); !s.ok()) return fail(s);
   }
+  valid.spec.owner = work->in.principal.name;
   auto seq = std::make_shared<Sequence>();
   seq->weights_name = u.weights_name();
   seq->activation = u.activation();
@@ -259,7 +262,8 @@ bool OipSequences::StartStep(const std::shared_ptr<Sequence>& seq,
   const SessionSpec& spec = session->spec();
   absl::Status s;
   if (!work->seq.start) {
-    s = TranslateOipSequenceInputs(request, work->in.raw_in, shm_, work->weights_name,
+    s = TranslateOipSequenceInputs(request, work->in.raw_in, shm_,
+                                   RegionUserOf(work->in.principal), work->weights_name,
                                    OipInputRule::kSequenceStep, call);
     if (s.ok()) s = CheckRepeated(*seq, *work);
   }
@@ -285,7 +289,7 @@ bool OipSequences::StartStep(const std::shared_ptr<Sequence>& seq,
       state.shape = {spec.batch, spec.key.dim, spec.state_len};
       state.bytes = spec.state_bytes();
     }
-    s = PrepareOipSequenceOutputs(request, shm_, call);
+    s = PrepareOipSequenceOutputs(request, shm_, RegionUserOf(work->in.principal), call);
   }
   auto task = std::make_unique<Task>();
   if (s.ok()) {

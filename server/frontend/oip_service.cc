@@ -1,11 +1,13 @@
 #include "server/frontend/oip_service.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/frontend/oip_device_regions.h"
 #include "server/frontend/oip_params.h"
 #include "server/frontend/oip_wire.h"
+#include "server/frontend/ownership.h"
 #include "server/frontend/status_mapping.h"
 
 namespace conv1d {
@@ -144,8 +146,8 @@ void OipService::StartInfer(grpc::CallbackServerContext* context,
   auto call = std::make_shared<OipInferCall>();
   *call_out = call;
   absl::Status status =
-      PrepareOipInfer(*request, raw_in, *registry_, shm_, submitter_->limits(),
-                      options_.require_all_inputs, call.get());
+      PrepareOipInfer(*request, raw_in, *registry_, shm_, RegionUserOf(principal),
+                      submitter_->limits(), options_.require_all_inputs, call.get());
   if (!status.ok()) {
     observer_->OnRejected(RejectReason::kInvalid);
   } else if (call->valid.weights != nullptr &&
@@ -250,7 +252,15 @@ grpc::ServerUnaryReactor* OipService::Inline(const char* method, Ctx* context,
                                              Handle handle) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   CallInfo info = Begin(method, context, static_cast<int64_t>(request->ByteSizeLong()));
-  absl::Status status = info.auth.ok() ? handle(*request, response) : info.auth;
+  absl::Status status = info.auth;
+  if (status.ok()) {
+    // Handlers that act for the caller take its principal as well.
+    if constexpr (std::is_invocable_v<Handle, const Request&, Response*, const Principal&>) {
+      status = handle(*request, response, info.principal);
+    } else {
+      status = handle(*request, response);
+    }
+  }
   if (absl::IsInvalidArgument(status)) observer_->OnRejected(RejectReason::kInvalid);
   Report(context, info, status,
          status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0, nullptr);
@@ -420,9 +430,10 @@ grpc::ServerUnaryReactor* OipService::SystemSharedMemoryStatus(
     Ctx* c, const inference::SystemSharedMemoryStatusRequest* req,
     inference::SystemSharedMemoryStatusResponse* resp) {
   return Inline("SystemSharedMemoryStatus", c, req, resp,
-                [this](const inference::SystemSharedMemoryStatusRequest& q, auto* r) {
+                [this](const inference::SystemSharedMemoryStatusRequest& q, auto* r,
+                       const Principal& p) {
                   absl::StatusOr<std::vector<SharedRegionInfo>> regions =
-                      shm_->Status(q.name());
+                      shm_->Status(q.name(), RegionType::kSystem, RegionUserOf(p));
                   if (!regions.ok()) return regions.status();
                   for (const SharedRegionInfo& info : *regions) {
                     auto& out = (*r->mutable_regions())[info.name];
@@ -440,13 +451,13 @@ grpc::ServerUnaryReactor* OipService::SystemSharedMemoryRegister(
     inference::SystemSharedMemoryRegisterResponse* resp) {
   return Inline(
       "SystemSharedMemoryRegister", c, req, resp,
-      [this](const inference::SystemSharedMemoryRegisterRequest& q, auto*) {
+      [this](const inference::SystemSharedMemoryRegisterRequest& q, auto*, const Principal& p) {
         constexpr uint64_t kMax = static_cast<uint64_t>(INT64_MAX);
         if (q.offset() > kMax || q.byte_size() > kMax) {
           return absl::InvalidArgumentError("offset and byte_size must fit in int64");
         }
         return shm_->Register(q.name(), q.key(), static_cast<int64_t>(q.offset()),
-                              static_cast<int64_t>(q.byte_size()));
+                              static_cast<int64_t>(q.byte_size()), p.name);
       });
 }
 
@@ -454,8 +465,9 @@ grpc::ServerUnaryReactor* OipService::SystemSharedMemoryUnregister(
     Ctx* c, const inference::SystemSharedMemoryUnregisterRequest* req,
     inference::SystemSharedMemoryUnregisterResponse* resp) {
   return Inline("SystemSharedMemoryUnregister", c, req, resp,
-                [this](const inference::SystemSharedMemoryUnregisterRequest& q, auto*) {
-                  return shm_->Unregister(q.name());
+                [this](const inference::SystemSharedMemoryUnregisterRequest& q, auto*,
+                       const Principal& p) {
+                  return shm_->Unregister(q.name(), RegionType::kSystem, RegionUserOf(p));
                 });
 }
 
@@ -463,8 +475,9 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryStatus(
     Ctx* c, const inference::CudaSharedMemoryStatusRequest* req,
     inference::CudaSharedMemoryStatusResponse* resp) {
   return Inline("CudaSharedMemoryStatus", c, req, resp,
-                [this](const inference::CudaSharedMemoryStatusRequest& q, auto* r) {
-                  return DeviceRegionStatus(*shm_, q, r);
+                [this](const inference::CudaSharedMemoryStatusRequest& q, auto* r,
+                       const Principal& p) {
+                  return DeviceRegionStatus(*shm_, RegionUserOf(p), q, r);
                 });
 }
 
@@ -472,8 +485,9 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryRegister(
     Ctx* c, const inference::CudaSharedMemoryRegisterRequest* req,
     inference::CudaSharedMemoryRegisterResponse* resp) {
   return Inline("CudaSharedMemoryRegister", c, req, resp,
-                [this](const inference::CudaSharedMemoryRegisterRequest& q, auto*) {
-                  return RegisterDeviceRegion(shm_, backend_.name, q);
+                [this](const inference::CudaSharedMemoryRegisterRequest& q, auto*,
+                       const Principal& p) {
+                  return RegisterDeviceRegion(shm_, backend_.name, p.name, q);
                 });
 }
 
@@ -481,8 +495,9 @@ grpc::ServerUnaryReactor* OipService::CudaSharedMemoryUnregister(
     Ctx* c, const inference::CudaSharedMemoryUnregisterRequest* req,
     inference::CudaSharedMemoryUnregisterResponse* resp) {
   return Inline("CudaSharedMemoryUnregister", c, req, resp,
-                [this](const inference::CudaSharedMemoryUnregisterRequest& q, auto*) {
-                  return shm_->Unregister(q.name(), RegionType::kDevice);
+                [this](const inference::CudaSharedMemoryUnregisterRequest& q, auto*,
+                       const Principal& p) {
+                  return shm_->Unregister(q.name(), RegionType::kDevice, RegionUserOf(p));
                 });
 }
 

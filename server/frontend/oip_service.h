@@ -18,6 +18,10 @@
 // CudaSharedMemoryRegister/Status/Unregister do the same for device memory
 // exported by a co-located process (oip_device_regions.h); on a backend that
 // cannot use device memory registration is FAILED_PRECONDITION naming it.
+// A region belongs to the principal that registered it (ownership.h): the
+// Status calls list, and Unregister reaches, only the caller's own regions
+// (an admin's: every region, though Unregister with an empty name releases
+// only its own), and requests read and write only the caller's regions.
 //
 // Sequences: requests of conv1d_update with sequence parameters
 // (sequence_id, sequence_start, sequence_end, ...) step decode sessions

@@ -39,12 +39,14 @@ SessionCalls::SessionCalls(SessionManager* manager, Scheduler* scheduler,
       task_ids_(task_ids) {}
 
 void SessionCalls::Open(const v1::OpenSessionRequest& request, absl::string_view prefix,
-                        bool attached, v1::OpenSessionResponse* response,
-                        absl::Time deadline, std::function<bool()> cancelled,
-                        std::shared_ptr<Session>* opened, Done done) {
+                        bool attached, const Principal& principal,
+                        v1::OpenSessionResponse* response, absl::Time deadline,
+                        std::function<bool()> cancelled, std::shared_ptr<Session>* opened,
+                        Done done) {
   ValidatedOpen valid;
   absl::Status status = ValidateOpenSession(request, *registry_, limits_, prefix, &valid);
   if (!status.ok()) return done(status);
+  valid.spec.owner = principal.name;
   absl::StatusOr<std::shared_ptr<Session>> session = manager_->Open(
       std::move(valid.spec), valid.conv_state.present() ? valid.conv_state.data : nullptr,
       attached);

@@ -34,6 +34,7 @@
 #include "server/core/scheduler.h"
 #include "server/core/session_manager.h"
 #include "server/core/weight_registry.h"
+#include "server/frontend/auth.h"
 #include "server/frontend/session_validation.h"
 #include "server/frontend/validation.h"
 #include "server/frontend/wire_tensors.h"
@@ -54,12 +55,14 @@ class SessionCalls {
 
   SessionManager* manager() const { return manager_; }
 
-  // Validates and opens a session (attached to a stream when `attached`),
-  // runs the prefill if any, and fills *response; *opened is the session
-  // (set before `done` runs, also when the prefill then fails: the session
-  // is then closed). `prefix` prefixes field names in errors.
+  // Validates and opens a session (attached to a stream when `attached`)
+  // owned by `principal`, runs the prefill if any, and fills *response;
+  // *opened is the session (set before `done` runs, also when the prefill
+  // then fails: the session is then closed). `prefix` prefixes field names
+  // in errors.
   void Open(const v1::OpenSessionRequest& request, absl::string_view prefix,
-            bool attached, v1::OpenSessionResponse* response, absl::Time deadline,
+            bool attached, const Principal& principal,
+            v1::OpenSessionResponse* response, absl::Time deadline,
             std::function<bool()> cancelled, std::shared_ptr<Session>* opened, Done done);
 
   // One step: validates x (`field` names it) against the session, submits

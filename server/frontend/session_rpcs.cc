@@ -1,7 +1,8 @@
 // The decode-session RPCs of Conv1dService: Decode (decode_stream.h), the
 // unary OpenSession / CommitSession / ForkSession / ExportSession /
 // CloseSession, and Update with a session_id. The operations themselves are
-// SessionCalls'; this file binds them to calls.
+// SessionCalls'; this file binds them to calls, and checks that the caller
+// may touch the session each call names (ownership.h).
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/frontend/conv1d_service.h"
 #include "server/frontend/decode_stream.h"
+#include "server/frontend/ownership.h"
 #include "server/frontend/status_mapping.h"
 
 namespace conv1d {
@@ -37,6 +39,7 @@ struct UnaryCall {
   Request request;
   Response response;
   std::shared_ptr<Session> session;
+  Principal principal;  // the caller
 };
 
 }  // namespace
@@ -60,6 +63,7 @@ grpc::ServerUnaryReactor* Conv1dService::SessionCall(const char* method,
     return reactor;
   }
   info.request = &call->request;
+  call->principal = info.principal;
   handle(call.get(), context, [this, reactor, context, info, call, response](
                                   const absl::Status& done) {
     if (absl::IsInvalidArgument(done)) observer_->OnRejected(RejectReason::kInvalid);
@@ -70,10 +74,16 @@ grpc::ServerUnaryReactor* Conv1dService::SessionCall(const char* method,
 
 namespace {
 
-// The live session a unary request names; INVALID_ARGUMENT for an empty id.
-absl::StatusOr<std::shared_ptr<Session>> Named(SessionCalls& calls, const std::string& id) {
+// The live session a unary request names, when `principal` may do `access`
+// to it; INVALID_ARGUMENT for an empty id.
+absl::StatusOr<std::shared_ptr<Session>> Named(SessionCalls& calls, const std::string& id,
+                                               const Principal& principal,
+                                               SessionAccess access) {
   if (id.empty()) return absl::InvalidArgumentError("session_id is empty");
-  return calls.manager()->Find(id);
+  absl::StatusOr<std::shared_ptr<Session>> session = calls.manager()->Find(id);
+  if (!session.ok()) return session.status();
+  if (absl::Status s = MayAccessSession(principal, **session, access); !s.ok()) return s;
+  return session;
 }
 
 }  // namespace
@@ -89,7 +99,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Conv1dService::Deco
       PrincipalOf(options_.auth.get(), context->client_metadata());
   if (!principal.ok()) return new RefusedStream(principal.status());
   return DecodeStream::Start(context, sessions_.get(), observer_,
-                             request_ids_.Next(*context), options_.access_log.get());
+                             request_ids_.Next(*context), options_.access_log.get(),
+                             *std::move(principal));
 }
 
 grpc::ServerUnaryReactor* Conv1dService::OpenSession(grpc::CallbackServerContext* context,
@@ -99,7 +110,8 @@ grpc::ServerUnaryReactor* Conv1dService::OpenSession(grpc::CallbackServerContext
   return SessionCall<v1::OpenSessionRequest, v1::OpenSessionResponse>(
       "OpenSession", context, request, response,
       [this](Call* call, grpc::CallbackServerContext* ctx, SessionCalls::Done done) {
-        sessions_->Open(call->request, "", /*attached=*/false, &call->response,
+        sessions_->Open(call->request, "", /*attached=*/false, call->principal,
+                        &call->response,
                         DeadlineOf(*ctx), [ctx] { return ctx->IsCancelled(); },
                         &call->session, std::move(done));
       });
@@ -112,7 +124,8 @@ grpc::ServerUnaryReactor* Conv1dService::CommitSession(grpc::CallbackServerConte
   return SessionCall<v1::CommitSessionRequest, v1::CommitSessionResponse>(
       "CommitSession", context, request, response,
       [this](Call* call, grpc::CallbackServerContext*, SessionCalls::Done done) {
-        absl::StatusOr<std::shared_ptr<Session>> s = Named(*sessions_, call->request.session_id());
+        absl::StatusOr<std::shared_ptr<Session>> s = Named(
+            *sessions_, call->request.session_id(), call->principal, SessionAccess::kUse);
         done(s.ok() ? sessions_->manager()->Commit(**s, call->request.accepted()) : s.status());
       });
 }
@@ -124,7 +137,8 @@ grpc::ServerUnaryReactor* Conv1dService::ForkSession(grpc::CallbackServerContext
   return SessionCall<v1::ForkSessionRequest, v1::ForkSessionResponse>(
       "ForkSession", context, request, response,
       [this](Call* call, grpc::CallbackServerContext*, SessionCalls::Done done) {
-        absl::StatusOr<std::shared_ptr<Session>> s = Named(*sessions_, call->request.session_id());
+        absl::StatusOr<std::shared_ptr<Session>> s = Named(
+            *sessions_, call->request.session_id(), call->principal, SessionAccess::kUse);
         if (!s.ok()) return done(s.status());
         absl::StatusOr<std::shared_ptr<Session>> fork = sessions_->manager()->Fork(**s);
         if (!fork.ok()) return done(fork.status());
@@ -140,7 +154,8 @@ grpc::ServerUnaryReactor* Conv1dService::ExportSession(grpc::CallbackServerConte
   return SessionCall<v1::ExportSessionRequest, v1::ExportSessionResponse>(
       "ExportSession", context, request, response,
       [this](Call* call, grpc::CallbackServerContext*, SessionCalls::Done done) {
-        absl::StatusOr<std::shared_ptr<Session>> s = Named(*sessions_, call->request.session_id());
+        absl::StatusOr<std::shared_ptr<Session>> s = Named(
+            *sessions_, call->request.session_id(), call->principal, SessionAccess::kUse);
         if (!s.ok()) return done(s.status());
         done(sessions_->Export(**s, call->response.mutable_conv_state()));
       });
@@ -153,7 +168,8 @@ grpc::ServerUnaryReactor* Conv1dService::CloseSession(grpc::CallbackServerContex
   return SessionCall<v1::CloseSessionRequest, v1::CloseSessionResponse>(
       "CloseSession", context, request, response,
       [this](Call* call, grpc::CallbackServerContext*, SessionCalls::Done done) {
-        absl::StatusOr<std::shared_ptr<Session>> s = Named(*sessions_, call->request.session_id());
+        absl::StatusOr<std::shared_ptr<Session>> s = Named(
+            *sessions_, call->request.session_id(), call->principal, SessionAccess::kClose);
         done(s.ok() ? sessions_->manager()->Close(**s) : s.status());
       });
 }
@@ -169,6 +185,10 @@ void Conv1dService::SessionUpdate(grpc::ServerUnaryReactor* reactor,
   absl::StatusOr<std::shared_ptr<Session>> session =
       status.ok() ? sessions_->manager()->Find(request.session_id())
                   : absl::StatusOr<std::shared_ptr<Session>>(status);
+  if (session.ok()) {
+    status = MayAccessSession(info.principal, **session, SessionAccess::kUse);
+    if (!status.ok()) session = status;
+  }
   if (!session.ok()) {
     if (absl::IsInvalidArgument(session.status())) {
       observer_->OnRejected(RejectReason::kInvalid);

@@ -28,7 +28,8 @@ int64_t TensorBytes(const v1::Tensor& t) {
 }
 
 absl::Status Attach(const v1::Tensor& t, const std::string& field,
-                    const SharedMemoryRegistry* shm, DetachedTensors* detached,
+                    const SharedMemoryRegistry* shm, const RegionUser& user,
+                    DetachedTensors* detached,
                     std::vector<std::shared_ptr<void>>* leases) {
   if (!t.has_shared_memory()) return absl::OkStatus();
   if (!t.data().empty() || detached->Find(&t) != nullptr) {
@@ -42,7 +43,7 @@ absl::Status Attach(const v1::Tensor& t, const std::string& field,
   const int64_t bytes = TensorBytes(t);
   if (bytes < 0) return absl::OkStatus();  // validation names the bad dtype or shape
   absl::StatusOr<SharedSpan> span = shm->Resolve(
-      t.shared_memory().region(), t.shared_memory().offset(), bytes, field);
+      t.shared_memory().region(), t.shared_memory().offset(), bytes, field, user);
   if (!span.ok()) return span.status();
   detached->Add(&t, std::move(span->data), span->bytes, span->where);
   leases->push_back(std::move(span->lease));
@@ -65,7 +66,7 @@ OutputView* OutputNamed(ConvSegment* s, Op op, const std::string& name) {
 }  // namespace
 
 absl::Status AttachSharedInputs(const Message& request, const SharedMemoryRegistry* shm,
-                                DetachedTensors* detached,
+                                const RegionUser& user, DetachedTensors* detached,
                                 std::vector<std::shared_ptr<void>>* leases) {
   const google::protobuf::Reflection* r = request.GetReflection();
   const google::protobuf::Descriptor* d = request.GetDescriptor();
@@ -73,15 +74,18 @@ absl::Status AttachSharedInputs(const Message& request, const SharedMemoryRegist
     const FieldDescriptor* f = d->field(i);
     if (IsMessageOf(f, v1::Tensor::descriptor()) && r->HasField(request, f)) {
       const auto& t = static_cast<const v1::Tensor&>(r->GetMessage(request, f));
-      if (absl::Status s = Attach(t, f->name(), shm, detached, leases); !s.ok()) return s;
+      if (absl::Status s = Attach(t, f->name(), shm, user, detached, leases); !s.ok()) {
+        return s;
+      }
     } else if (IsMessageOf(f, v1::InlineWeights::descriptor()) && r->HasField(request, f)) {
       const auto& w = static_cast<const v1::InlineWeights&>(r->GetMessage(request, f));
       if (w.has_weight()) {
-        absl::Status s = Attach(w.weight(), "inline_weights.weight", shm, detached, leases);
+        absl::Status s =
+            Attach(w.weight(), "inline_weights.weight", shm, user, detached, leases);
         if (!s.ok()) return s;
       }
       if (w.has_bias()) {
-        absl::Status s = Attach(w.bias(), "inline_weights.bias", shm, detached, leases);
+        absl::Status s = Attach(w.bias(), "inline_weights.bias", shm, user, detached, leases);
         if (!s.ok()) return s;
       }
     }
@@ -90,7 +94,8 @@ absl::Status AttachSharedInputs(const Message& request, const SharedMemoryRegist
 }
 
 absl::Status ResolveSharedOutputs(const Message& request, const SharedMemoryRegistry* shm,
-                                  ValidatedCall* call, std::vector<SharedOutput>* outputs,
+                                  const RegionUser& user, ValidatedCall* call,
+                                  std::vector<SharedOutput>* outputs,
                                   std::vector<std::shared_ptr<void>>* leases) {
   const FieldDescriptor* f = request.GetDescriptor()->FindFieldByName("output_shared_memory");
   if (f == nullptr) return absl::OkStatus();
@@ -118,8 +123,8 @@ absl::Status ResolveSharedOutputs(const Message& request, const SharedMemoryRegi
       return absl::FailedPreconditionError(
           absl::StrCat(field, ": this server has no shared-memory regions"));
     }
-    absl::StatusOr<SharedSpan> span = shm->Resolve(ref.region(), ref.offset(), view->bytes,
-                                                   field);
+    absl::StatusOr<SharedSpan> span =
+        shm->Resolve(ref.region(), ref.offset(), view->bytes, field, user);
     if (!span.ok()) return span.status();
     SharedOutput out;
     out.field = name;

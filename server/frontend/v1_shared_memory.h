@@ -10,6 +10,10 @@
 // HideSharedOutputs / PlaceSharedOutputs so that the response carries no
 // bytes for them and the backend writes into the region.
 //
+// Regions are resolved for the calling principal (`user`): another
+// principal's region is NOT_FOUND, as an unregistered one (PERMISSION_DENIED
+// for an admin), see shm_registry.h's Ownership.
+//
 // Errors are INVALID_ARGUMENT naming the field (NOT_FOUND for an
 // unregistered region, FAILED_PRECONDITION for a shrunk one).
 // Not synchronized: the values belong to one call.
@@ -35,7 +39,7 @@ namespace conv1d {
 // cannot give a size are left to validation, which names them. `shm` may be
 // null.
 absl::Status AttachSharedInputs(const google::protobuf::Message& request,
-                                const SharedMemoryRegistry* shm,
+                                const SharedMemoryRegistry* shm, const RegionUser& user,
                                 DetachedTensors* detached,
                                 std::vector<std::shared_ptr<void>>* leases);
 
@@ -51,7 +55,8 @@ struct SharedOutput {
 // Checks the request's output_shared_memory against the outputs `call`
 // returns and resolves each range (leases into `leases`).
 absl::Status ResolveSharedOutputs(const google::protobuf::Message& request,
-                                  const SharedMemoryRegistry* shm, ValidatedCall* call,
+                                  const SharedMemoryRegistry* shm, const RegionUser& user,
+                                  ValidatedCall* call,
                                   std::vector<SharedOutput>* outputs,
                                   std::vector<std::shared_ptr<void>>* leases);
 

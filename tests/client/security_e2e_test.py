@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Security of a live conv1d_server --backend=cpu over loopback: listeners,
-TLS, mutual TLS, bearer tokens with roles and weight-set ownership, token
-reload on SIGHUP, certificate reload, and the access log's audit lines.
-Certificates are made for each run with the openssl command; clients are
-the Python package, conv1d_client and conv1d_load.
+TLS, mutual TLS, bearer tokens with roles and weight-set and session
+ownership, token reload on SIGHUP, certificate reload, and the access log's
+audit lines. Certificates are made for each run with the openssl command;
+clients are the Python package, conv1d_client and conv1d_load.
 
 usage: security_e2e_test.py SERVER CLIENT LOAD   (PYTHONPATH: stubs + package)
 """
@@ -377,6 +377,39 @@ class Security(unittest.TestCase):
                             "code=PERMISSION_DENIED" in l for l in audit), audit)
         self.assertTrue(any("principal=ops action=replace weights=alice/m" in l and "code=OK" in l
                             for l in audit), audit)
+
+    def test_sessions_belong_to_their_opener(self):
+        self.write_tokens([("alice", "infer"), ("bob", "infer"), ("ops", "admin")])
+        with self.auth_server() as srv:
+            t = srv.target
+            alice = Client(t, timeout_s=5, max_attempts=1, token=self.tok["alice"])
+            bob = Client(t, timeout_s=5, max_attempts=1, token=self.tok["bob"])
+            ops = Client(t, timeout_s=5, max_attempts=1, token=self.tok["ops"])
+            x = self.rng.uniform(-1, 1, (1, 8, 12)).astype(np.float32)
+            w = self.rng.uniform(-0.6, 0.6, (8, 4)).astype(np.float32)
+            want = reference_forward(x, w)[0]
+            s = alice.open_session(w, prefill=x[:, :, :4], max_draft_tokens=2)
+            sid = s.session_id
+            # To bob the session does not exist; the admin may close it only.
+            for name, c in (("bob", bob), ("ops", ops)):
+                code = (grpc.StatusCode.NOT_FOUND if name == "bob"
+                        else grpc.StatusCode.PERMISSION_DENIED)
+                for call in (lambda: c.session_step(sid, x[:, :, 4:6]),
+                             lambda: c.commit_session(sid, 0),
+                             lambda: c.fork_session(sid),
+                             lambda: c.export_session(sid)):
+                    self.assertEqual(code_of(call), code, name)
+            self.assertEqual(code_of(lambda: bob.close_session(sid)), grpc.StatusCode.NOT_FOUND)
+            # Alice's session goes on as if nobody had called.
+            y = alice.session_step(sid, x[:, :, 4:])
+            np.testing.assert_allclose(np.concatenate([s.y, y], axis=2), want,
+                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(alice.export_session(sid), x[:, :, -3:])
+            ops.close_session(sid)
+            self.assertEqual(code_of(lambda: alice.export_session(sid)),
+                             grpc.StatusCode.NOT_FOUND)
+            for c in (alice, bob, ops):
+                c.close()
 
     def test_token_file_reload_on_sighup(self):
         self.write_tokens([("alice", "infer"), ("bob", "infer")])
