@@ -46,6 +46,14 @@ void SessionCalls::Open(const v1::OpenSessionRequest& request, absl::string_view
   ValidatedOpen valid;
   absl::Status status = ValidateOpenSession(request, *registry_, limits_, prefix, &valid);
   if (!status.ok()) return done(status);
+  if (request.weights_case() == v1::OpenSessionRequest::kWeightsName) {
+    // The registered set: validation keeps it as the spec's weights_owner.
+    auto set = std::static_pointer_cast<const WeightSet>(valid.spec.weights_owner);
+    status = MayUseWeights(principal, *set);
+    if (!status.ok()) {
+      return done(absl::PermissionDeniedError(absl::StrCat(prefix, status.message())));
+    }
+  }
   valid.spec.owner = principal.name;
   absl::StatusOr<std::shared_ptr<Session>> session = manager_->Open(
       std::move(valid.spec), valid.conv_state.present() ? valid.conv_state.data : nullptr,

@@ -58,8 +58,9 @@ class SessionCalls {
   // Validates and opens a session (attached to a stream when `attached`)
   // owned by `principal`, runs the prefill if any, and fills *response;
   // *opened is the session (set before `done` runs, also when the prefill
-  // then fails: the session is then closed). `prefix` prefixes field names
-  // in errors.
+  // then fails: the session is then closed). A weights_name must be a set
+  // `principal` may use (auth.h's MayUseWeights: PERMISSION_DENIED).
+  // `prefix` prefixes field names in errors.
   void Open(const v1::OpenSessionRequest& request, absl::string_view prefix,
             bool attached, const Principal& principal,
             v1::OpenSessionResponse* response, absl::Time deadline,

@@ -378,6 +378,44 @@ TEST_F(OwnershipTest, AnAdminMayCloseAnothersSessionButNotUseIt) {
   EXPECT_EQ(ts_.server->sessions()->open_sessions(), 0);
 }
 
+TEST_F(OwnershipTest, ASessionOpensOnlyWithWeightsTheOpenerMayUse) {
+  CONV1D_TEST_SEED_SCOPE(seed, 73);
+  Rng rng(seed);
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const Sequence seq(&rng);
+  v1::RegisterWeightsRequest reg;
+  reg.set_name("alice-w");
+  *reg.mutable_weight() = seq.weight;
+  *reg.mutable_bias() = seq.bias;
+  v1::RegisterWeightsResponse registered;
+  ASSERT_TRUE(ts_.stub->RegisterWeights(As(kAlice).get(), reg, &registered).ok());
+  v1::OpenSessionRequest open = seq.Open();
+  open.set_weights_name("alice-w");
+
+  v1::OpenSessionResponse opened;
+  grpc::Status s = Open(kBob, open, &opened);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("weights_name"));
+  {
+    std::unique_ptr<grpc::ClientContext> ctx = As(kBob);
+    auto stream = ts_.stub->Decode(ctx.get());
+    v1::DecodeRequest req;
+    *req.mutable_open() = open;
+    v1::DecodeResponse resp;
+    EXPECT_FALSE(stream->Write(req) && stream->Read(&resp));
+    s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("open.weights_name"));
+  }
+  EXPECT_EQ(ts_.server->sessions()->open_sessions(), 0);
+
+  ASSERT_TRUE(Open(kAlice, open, &opened).ok());
+  v1::Tensor y;
+  ASSERT_TRUE(Step(kAlice, opened.session_id(), seq.x, &y).ok());
+  seq.ExpectY(y, 0);
+  EXPECT_TRUE(Close(kAlice, opened.session_id()).ok());
+}
+
 TEST_F(OwnershipTest, RegionsServeListAndUnregisterOnlyForTheirRegistrant) {
   ASSERT_NO_FATAL_FAILURE(Start());
   Rng rng(74);
