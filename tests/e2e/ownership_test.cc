@@ -33,6 +33,7 @@
 #include "tests/common/reference.h"
 #include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/shm_object.h"
 
 namespace conv1d::e2e {
 namespace {
@@ -44,26 +45,6 @@ constexpr char kBob[] = "bob-0123456789abcdef01";
 constexpr char kOps[] = "ops-0123456789abcdef01";
 constexpr char kNoToken[] = "";
 constexpr int64_t kD = 4, kW = 4, kLen = 24;
-
-// A POSIX shared-memory object, unlinked at the end.
-struct ShmObject {
-  explicit ShmObject(size_t bytes)
-      : key(absl::StrCat("/conv1d_ownership_", getpid(), "_", next++)), size(bytes) {
-    const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-    base = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-  }
-  ~ShmObject() {
-    munmap(base, size);
-    shm_unlink(key.c_str());
-  }
-  static inline int next = 0;
-  std::string key;
-  size_t size;
-  char* base = nullptr;
-};
 
 // Tokens [t0, t0 + n) of a channel-first fp32 x [1, D, L].
 v1::Tensor Slice(const v1::Tensor& x, int64_t t0, int64_t n) {

@@ -19,6 +19,7 @@
 #include "server/backends/echo/echo_backend.h"
 #include "server/frontend/oip_wire.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/shm_object.h"
 
 namespace conv1d::e2e {
 namespace {
@@ -60,26 +61,6 @@ class CountingGate final : public Backend {
   absl::Mutex mu_;
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int> batches_ ABSL_GUARDED_BY(mu_);
-};
-
-// A POSIX shared-memory object, unlinked at the end.
-struct ShmObject {
-  explicit ShmObject(size_t bytes)
-      : key(absl::StrCat("/conv1d_oip_e2e_", getpid(), "_", next++)), size(bytes) {
-    const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
-    base = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    close(fd);
-  }
-  ~ShmObject() {
-    munmap(base, size);
-    shm_unlink(key.c_str());
-  }
-  static inline int next = 0;
-  std::string key;
-  size_t size;
-  char* base = nullptr;
 };
 
 inference::ModelInferRequest OipForward(const Inputs& in) {
