@@ -349,9 +349,13 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
         const int o = seg.vec == kVecShifted
                           ? row_shift(static_cast<const typename T::S*>(seg.in(Role::kX)) + row * seg.seqlen)
                           : 0;
+        // A full tile lies inside the row and touches neither state: by
+        // position, as a shifted row's planned chunks may end with one
+        // wholly past the row (the planner counts up to a vector more).
         const int64_t span = kTeam * kMax * N;
-        const bool full = seg.per_lane == kMax && chunk * span >= o && (chunk + 1) * span - o <= seg.seqlen &&
-                          !(p.has_dfinal && chunk + 1 == nchunks) && !(p.ret_dinit && chunk == 0);
+        const int64_t end = (chunk + 1) * span - o;  // the tile's end in the row
+        const bool full = seg.per_lane == kMax && chunk * span >= o && end <= seg.seqlen &&
+                          !(p.has_dfinal && end > seg.seqlen - (W - 1)) && !(p.ret_dinit && chunk == 0);
         if (!full) bwd_cf_team<T, N, W, false, 0>(p, seg, local, lane, row, chunk);
         else if (p.silu) bwd_cf_team<T, N, W, false, 1>(p, seg, local, lane, row, chunk);
         else bwd_cf_team<T, N, W, false, 2>(p, seg, local, lane, row, chunk);
