@@ -1,12 +1,13 @@
 #include "server/core/session_manager.h"
 
 #include <algorithm>
-#include <random>
+#include <array>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/core/os_random.h"
 
 namespace conv1d {
 namespace {
@@ -19,6 +20,19 @@ constexpr absl::Duration kMaxReapInterval = absl::Seconds(1);
 absl::Status Ended(const Session& s, SessionState state) {
   return absl::NotFoundError(absl::StrCat("session_id \"", s.id(), "\" is ",
                                           SessionStateName(state)));
+}
+
+// "s" and 128 random bits as 32 lowercase hex digits.
+absl::StatusOr<std::string> NewSessionId() {
+  std::array<uint8_t, 16> bits;
+  if (absl::Status s = FillOsRandom(absl::MakeSpan(bits)); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot make a session id: ", s.message()));
+  }
+  std::string id = "s";
+  id.reserve(1 + 2 * bits.size());
+  for (uint8_t b : bits) absl::StrAppendFormat(&id, "%02x", b);
+  return id;
 }
 
 }  // namespace
@@ -70,8 +84,6 @@ SessionManager::SessionManager(const SessionManagerOptions& options, StateSlots*
       slots_(slots),
       clock_(clock),
       observer_(observer) {
-  std::random_device rd;
-  id_salt_ = (uint64_t{rd()} << 32) ^ rd();
   absl::MutexLock lock(&mu_);
   free_slots_.reserve(slots->num_slots());
   // Lowest slot first: a lightly used pool touches few pages.
@@ -99,12 +111,11 @@ void SessionManager::ReapLoop() {
   }
 }
 
-std::string SessionManager::NewIdLocked() {
-  // Unpredictable across servers and restarts, unique within one.
-  const uint64_t n = ++id_counter_;
-  uint64_t h = (n + id_salt_) * 0x9e3779b97f4a7c15ull;
-  h ^= h >> 31;
-  return absl::StrFormat("s%016x%x", h, n);
+absl::StatusOr<std::string> SessionManager::UnusedIdLocked(
+    absl::StatusOr<std::string> drawn) const {
+  // Two draws agree with odds of 2^-128; a repeat is drawn again all the same.
+  while (drawn.ok() && sessions_.contains(*drawn)) drawn = NewSessionId();
+  return drawn;
 }
 
 absl::StatusOr<int32_t> SessionManager::TakeSlotLocked() {
@@ -145,13 +156,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(SessionSpec spec,
   }
   spec.key.op = Op::kUpdate;
   int32_t slot = 0;
-  std::string id;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<int32_t> taken = TakeSlotLocked();
     if (!taken.ok()) return taken.status();
     slot = *taken;
-    id = NewIdLocked();
   }
   // The slot is ours alone until the session is in the table.
   const int64_t elem = DTypeSize(spec.key.x_dtype);
@@ -169,16 +178,19 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(SessionSpec spec,
       }
     }
   }
-  auto session = std::shared_ptr<Session>(new Session(id, std::move(spec), slot));
+  absl::StatusOr<std::string> drawn = NewSessionId();
   absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> id = UnusedIdLocked(std::move(drawn));
+  if (status.ok()) status = id.status();
   if (!status.ok()) {
     free_slots_.push_back(slot);
     slot_bytes_in_use_ -= slots_->slot_bytes();
     return status;
   }
+  auto session = std::shared_ptr<Session>(new Session(*id, std::move(spec), slot));
   session->attached_ = attached;
   session->last_used_ = clock_->Now();
-  sessions_.emplace(id, session);
+  sessions_.emplace(*id, session);
   if (observer_ != nullptr) {
     observer_->OnSessionEvent(SessionEvent::kOpened, static_cast<int64_t>(sessions_.size()),
                               slot_bytes_in_use_);
@@ -381,7 +393,6 @@ absl::Status SessionManager::Export(Session& session, void* dst) {
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(Session& session) {
   int32_t slot = 0;
-  std::string id;
   int64_t last_step = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -395,24 +406,25 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(Session& session) 
       return taken.status();
     }
     slot = *taken;
-    id = NewIdLocked();
     last_step = session.last_step_tokens_;
   }
-  const absl::Status status =
-      slots_->Copy(session.slot_, slot, session.spec_.slot_bytes_needed());
-  auto fork = std::shared_ptr<Session>(new Session(id, session.spec_, slot));
+  absl::Status status = slots_->Copy(session.slot_, slot, session.spec_.slot_bytes_needed());
+  absl::StatusOr<std::string> drawn = NewSessionId();
   absl::MutexLock lock(&mu_);
   session.state_ = SessionState::kOpen;
   session.last_used_ = clock_->Now();
   if (session.close_pending_) EndLocked(session, SessionState::kClosed);
+  absl::StatusOr<std::string> id = UnusedIdLocked(std::move(drawn));
+  if (status.ok()) status = id.status();
   if (!status.ok()) {
     free_slots_.push_back(slot);
     slot_bytes_in_use_ -= slots_->slot_bytes();
     return status;
   }
+  auto fork = std::shared_ptr<Session>(new Session(*id, session.spec_, slot));
   fork->last_step_tokens_ = last_step;
   fork->last_used_ = clock_->Now();
-  sessions_.emplace(id, fork);
+  sessions_.emplace(*id, fork);
   if (observer_ != nullptr) {
     observer_->OnSessionEvent(SessionEvent::kOpened, static_cast<int64_t>(sessions_.size()),
                               slot_bytes_in_use_);

@@ -41,6 +41,11 @@
 // keeps its source's. The manager only stores it: the frontend decides who
 // may use a session it finds (server/frontend/ownership.h).
 //
+// Ids: "s" and 32 lowercase hex digits, 128 bits from the operating
+// system's secure generator (os_random.h), drawn afresh for every open and
+// fork, so one id tells nothing of another. Open and Fork answer UNAVAILABLE
+// rather than make an id when no random bytes can be had.
+//
 // Limits: a full pool refuses a new session with RESOURCE_EXHAUSTED and
 // never evicts one. A session idle (no operation) for idle_timeout expires:
 // its slot is freed and its id answers NOT_FOUND from then on. Sessions
@@ -168,7 +173,8 @@ class SessionManager {
   // naming state_len / max_draft_tokens), takes a free slot
   // (RESOURCE_EXHAUSTED when none is free) and writes `initial_state`
   // ([B, D, K] bytes of the spec's dtype, oldest first) into it, or zeros
-  // when null. `attached`: owned by a stream (never expires).
+  // when null. `attached`: owned by a stream (never expires). UNAVAILABLE
+  // when the operating system gives no random bytes for the id.
   absl::StatusOr<std::shared_ptr<Session>> Open(SessionSpec spec,
                                                 const void* initial_state,
                                                 bool attached);
@@ -204,7 +210,8 @@ class SessionManager {
   absl::Status Export(Session& session, void* dst);
 
   // A new session, detached, with a copy of the slot (and of the last step's
-  // commit window). RESOURCE_EXHAUSTED when no slot is free.
+  // commit window). RESOURCE_EXHAUSTED when no slot is free; UNAVAILABLE as
+  // for Open.
   absl::StatusOr<std::shared_ptr<Session>> Fork(Session& session);
 
   // Ends the session and frees its slot; while another operation runs
@@ -230,7 +237,10 @@ class SessionManager {
   absl::Status EnterLocked(Session& session, SessionState busy, const char* op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int32_t> TakeSlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string NewIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `drawn` (a fresh id or the error of drawing one), or a fresh one while
+  // it names a live session.
+  absl::StatusOr<std::string> UnusedIdLocked(absl::StatusOr<std::string> drawn) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapLoop();
 
   const SessionManagerOptions options_;
@@ -243,8 +253,6 @@ class SessionManager {
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   int64_t slot_bytes_in_use_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t id_counter_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t id_salt_ = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;
 };

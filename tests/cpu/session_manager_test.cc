@@ -5,9 +5,13 @@
 #include "server/core/session_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -351,6 +355,85 @@ TEST_F(SessionTest, StateLargerThanASlotIsRefusedNamingTheFields) {
   absl::StatusOr<std::shared_ptr<Session>> s = manager_->Open(Spec(p), nullptr, false);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("session_state_bytes"), std::string::npos);
+}
+
+// Ids of 5000 opens and 5000 forks, in the order the manager made them.
+std::vector<std::string> TenThousandIds(SessionManager& manager, const SessionSpec& spec) {
+  std::vector<std::string> ids;
+  ids.reserve(10000);
+  for (int i = 0; i < 5000; ++i) {
+    absl::StatusOr<std::shared_ptr<Session>> s = manager.Open(spec, nullptr, false);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) break;
+    absl::StatusOr<std::shared_ptr<Session>> f = manager.Fork(**s);
+    EXPECT_TRUE(f.ok()) << f.status();
+    if (!f.ok()) break;
+    ids.push_back((*s)->id());
+    ids.push_back((*f)->id());
+    EXPECT_TRUE(manager.Close(**s).ok());
+    EXPECT_TRUE(manager.Close(**f).ok());
+  }
+  return ids;
+}
+
+TEST_F(SessionTest, IdsAreDistinctAndAreSThen32LowercaseHexDigits) {
+  const std::vector<std::string> ids =
+      TenThousandIds(*manager_, Spec(MakeProblem(DType::kF32, Layout::kChannelFirst, 1)));
+  ASSERT_EQ(ids.size(), 10000u);
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
+  for (const std::string& id : ids) {
+    ASSERT_EQ(id.size(), 33u) << id;
+    ASSERT_EQ(id[0], 's') << id;
+    for (char c : id.substr(1)) {
+      ASSERT_TRUE((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) << id;
+    }
+  }
+}
+
+// What a counter, a clock or any other steady source would show: consecutive
+// ids sharing a long prefix, or some group of digits moving by the same step
+// from one id to the next much more often than chance. Digit windows are
+// aligned at the end of the ids, so this holds whatever their lengths.
+TEST_F(SessionTest, ConsecutiveIdsShowNoCommonPrefixOrConstantStep) {
+  const std::vector<std::string> ids =
+      TenThousandIds(*manager_, Spec(MakeProblem(DType::kF32, Layout::kChannelFirst, 1)));
+  ASSERT_EQ(ids.size(), 10000u);
+  size_t min_len = ids[0].size();
+  for (const std::string& id : ids) min_len = std::min(min_len, id.size());
+  ASSERT_GT(min_len, 1u);
+  const int pairs = static_cast<int>(ids.size()) - 1;
+  for (int i = 0; i < pairs; ++i) {
+    const std::string& a = ids[i];
+    const std::string& b = ids[i + 1];
+    size_t common = 0;
+    while (common < std::min(a.size(), b.size()) && a[common] == b[common]) ++common;
+    // "s" and 8 equal hex digits: odds of about 2 * 10^-6 over all pairs of
+    // random ids.
+    ASSERT_LT(common, 9u) << a << " then " << b;
+  }
+  auto digit = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (int width = 1; width <= 4; ++width) {
+    const int64_t modulus = int64_t{1} << (4 * width);
+    const double expected = static_cast<double>(pairs) / static_cast<double>(modulus);
+    // Uniform steps: the largest of `modulus` counts is within a few standard
+    // deviations of `expected`; a constant step puts every pair in one.
+    const double limit = expected + 8 * std::sqrt(expected) + 8;
+    for (size_t end = width; end < min_len; ++end) {  // window [len - end, len - end + width)
+      std::map<int64_t, int> steps;
+      int most = 0;
+      for (int i = 0; i < pairs; ++i) {
+        int64_t va = 0, vb = 0;
+        for (int k = 0; k < width; ++k) {
+          va = va * 16 + digit(ids[i][ids[i].size() - end + k]);
+          vb = vb * 16 + digit(ids[i + 1][ids[i + 1].size() - end + k]);
+        }
+        most = std::max(most, ++steps[((vb - va) % modulus + modulus) % modulus]);
+      }
+      EXPECT_LE(most, limit) << "the " << width << "-digit window " << end - width
+                             << " digits from the end steps by one value in " << most
+                             << " of " << pairs << " pairs";
+    }
+  }
 }
 
 TEST_F(SessionTest, IdleSessionsExpireOnTheClock) {
