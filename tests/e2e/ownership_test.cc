@@ -33,12 +33,13 @@
 #include "tests/common/reference.h"
 #include "tests/common/test_seed.h"
 #include "tests/e2e/e2e_util.h"
-#include "tests/e2e/shm_object.h"
+#include "tests/common/shm_object.h"
 
 namespace conv1d::e2e {
 namespace {
 
 using ::testing::HasSubstr;
+using ::conv1d::testing::ShmObject;
 
 constexpr char kAlice[] = "alice-0123456789abcdef";
 constexpr char kBob[] = "bob-0123456789abcdef01";
@@ -228,8 +229,8 @@ class OwnershipTest : public ::testing::Test {
                         const ShmObject& obj) {
     inference::SystemSharedMemoryRegisterRequest req;
     req.set_name(name);
-    req.set_key(obj.key);
-    req.set_byte_size(obj.size);
+    req.set_key(obj.key());
+    req.set_byte_size(obj.size());
     inference::SystemSharedMemoryRegisterResponse resp;
     return oip_->SystemSharedMemoryRegister(As(token).get(), req, &resp);
   }
@@ -407,7 +408,7 @@ TEST_F(OwnershipTest, RegionsServeListAndUnregisterOnlyForTheirRegistrant) {
   ShmObject a_obj(1 << 16), b_obj(1 << 16);
   ASSERT_TRUE(Register(kAlice, "alice-io", a_obj).ok());
   ASSERT_TRUE(Register(kBob, "bob-io", b_obj).ok());
-  std::memcpy(a_obj.base, in.x.data().data(), x_bytes);
+  std::memcpy(a_obj.data(), in.x.data().data(), x_bytes);
 
   // Alice reads x from her region and has y written there.
   v1::ForwardRequest mine = MakeForward(c, in);
@@ -418,9 +419,9 @@ TEST_F(OwnershipTest, RegionsServeListAndUnregisterOnlyForTheirRegistrant) {
   v1::ForwardResponse resp;
   grpc::Status s = ts_.stub->Forward(As(kAlice).get(), mine, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  resp.mutable_y()->set_data(a_obj.base + y_offset, x_bytes);
+  resp.mutable_y()->set_data(a_obj.data() + y_offset, x_bytes);
   EXPECT_EQ(CheckForward(c, in, resp), "");
-  const std::string alice_y(a_obj.base + y_offset, x_bytes);
+  const std::string alice_y(a_obj.data() + y_offset, x_bytes);
 
   // Bob can neither read alice's region nor write his y (of other inputs)
   // into it, by either protocol; her region is answered as one never
@@ -441,7 +442,7 @@ TEST_F(OwnershipTest, RegionsServeListAndUnregisterOnlyForTheirRegistrant) {
                           "alice-io", "nowhere", "x: ", "Forward x");
   ExpectAnsweredAsUnknown(forward_as_bob("alice-io", false), forward_as_bob("nowhere", false),
                           "alice-io", "nowhere", "output_shared_memory[\"y\"]", "Forward y");
-  EXPECT_EQ(std::string(a_obj.base + y_offset, x_bytes), alice_y);
+  EXPECT_EQ(std::string(a_obj.data() + y_offset, x_bytes), alice_y);
   auto infer_as_bob = [&](const std::string& region) {
     inference::ModelInferRequest req;
     req.set_model_name("conv1d_forward");

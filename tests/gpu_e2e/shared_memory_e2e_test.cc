@@ -6,10 +6,6 @@
 //   - the throughput of large-fwd at 8 clients with its tensors in gRPC
 //     messages and in a device region (printed; answers checked).
 // Skips itself where no GPU is visible. Seeds: CONV1D_TEST_SEED.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -23,12 +19,14 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/shm_object.h"
 #include "tests/common/test_seed.h"
 #include "tests/gpu_e2e/gpu_e2e_util.h"
 
 namespace conv1d::e2e {
 namespace {
 
+using ::conv1d::testing::ShmObject;
 using ::testing::HasSubstr;
 
 class SharedMemoryE2E : public GpuServerTest {};
@@ -104,33 +102,6 @@ TEST_F(SharedMemoryE2E, LargeForwardThroughputByMemory) {
   std::printf("large-fwd c=%d device/grpc: %.1fx\n", kClients, device_rps / grpc_rps);
   EXPECT_TRUE((*big)->Unregister().ok());
 }
-
-// A POSIX shared-memory object of `bytes` bytes, mapped here, unlinked at
-// the end.
-class ShmObject {
- public:
-  explicit ShmObject(int64_t bytes)
-      : key_(absl::StrCat("/conv1d_gpu_e2e_", getpid())), bytes_(bytes) {
-    fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    EXPECT_GE(fd_, 0);
-    EXPECT_EQ(ftruncate(fd_, bytes), 0);
-    base_ = static_cast<char*>(mmap(nullptr, static_cast<size_t>(bytes),
-                                    PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
-  }
-  ~ShmObject() {
-    munmap(base_, static_cast<size_t>(bytes_));
-    close(fd_);
-    shm_unlink(key_.c_str());
-  }
-  const std::string& key() const { return key_; }
-  char* data() { return base_; }
-
- private:
-  std::string key_;
-  int64_t bytes_;
-  int fd_ = -1;
-  char* base_ = nullptr;
-};
 
 // System regions on the GPU backend: page-locked at registration (no
 // warning that one stays pageable), tensors of every size class (copy

@@ -19,13 +19,14 @@
 #include "server/backends/echo/echo_backend.h"
 #include "server/frontend/oip_wire.h"
 #include "tests/e2e/e2e_util.h"
-#include "tests/e2e/shm_object.h"
+#include "tests/common/shm_object.h"
 
 namespace conv1d::e2e {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::conv1d::testing::ShmObject;
 
 // Echo compute behind a gate that records how many requests each batch had.
 class CountingGate final : public Backend {
@@ -94,8 +95,8 @@ class OipE2eTest : public ::testing::Test {
     inference::SystemSharedMemoryRegisterRequest req;
     inference::SystemSharedMemoryRegisterResponse resp;
     req.set_name(name);
-    req.set_key(obj.key);
-    req.set_byte_size(obj.size);
+    req.set_key(obj.key());
+    req.set_byte_size(obj.size());
     return oip_->SystemSharedMemoryRegister(&ctx, req, &resp);
   }
   grpc::Status Unregister(const std::string& name) {
@@ -162,7 +163,7 @@ TEST_F(OipE2eTest, RegionInUseCannotBeUnregisteredUntilItsRequestFinishes) {
   Case c;
   const Inputs in = MakeInputs(c, &rng);
   ShmObject obj(1 << 16);
-  std::memcpy(obj.base, in.x.data().data(), in.x.data().size());
+  std::memcpy(obj.data(), in.x.data().data(), in.x.data().size());
   ASSERT_TRUE(Register("held", obj).ok());
 
   inference::ModelInferRequest req = OipForward(in);
@@ -206,8 +207,8 @@ TEST_F(OipE2eTest, V1TensorsReadAndWriteRegisteredSharedMemory) {
   ASSERT_TRUE(Register("io", obj).ok());
   const int64_t x_bytes = static_cast<int64_t>(in.x.data().size());
   const int64_t w_bytes = static_cast<int64_t>(in.weight.data().size());
-  std::memcpy(obj.base, in.x.data().data(), x_bytes);
-  std::memcpy(obj.base + x_bytes, in.weight.data().data(), w_bytes);
+  std::memcpy(obj.data(), in.x.data().data(), x_bytes);
+  std::memcpy(obj.data() + x_bytes, in.weight.data().data(), w_bytes);
 
   v1::ForwardRequest req = MakeForward(c, in);
   req.mutable_x()->clear_data();
@@ -229,7 +230,7 @@ TEST_F(OipE2eTest, V1TensorsReadAndWriteRegisteredSharedMemory) {
   EXPECT_EQ(resp.y().shared_memory().region(), "io");
   EXPECT_EQ(resp.y().shared_memory().offset(), y_offset);
   EXPECT_FALSE(resp.final_states().data().empty());  // not asked into the region
-  resp.mutable_y()->set_data(obj.base + y_offset, x_bytes);  // y has x's size
+  resp.mutable_y()->set_data(obj.data() + y_offset, x_bytes);  // y has x's size
   EXPECT_EQ(CheckForward(c, in, resp), "");
 
   // Ranges and regions are checked per request, naming the field.

@@ -3,53 +3,20 @@
 // which principal's calls reach a region.
 #include "server/core/shm_registry.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/shm_object.h"
 
 namespace conv1d {
 namespace {
 
+using ::conv1d::testing::ShmObject;
 using ::testing::HasSubstr;
-
-// A POSIX shared-memory object of `bytes` bytes, unlinked at the end.
-class ShmObject {
- public:
-  explicit ShmObject(int64_t bytes)
-      : key_(absl::StrCat("/conv1d_shm_test_", getpid(), "_", next_++)) {
-    fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    EXPECT_GE(fd_, 0) << std::strerror(errno);
-    Resize(bytes);
-    base_ = static_cast<char*>(
-        mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
-    bytes_ = bytes;
-  }
-  ~ShmObject() {
-    munmap(base_, static_cast<size_t>(bytes_));
-    close(fd_);
-    Unlink();
-  }
-  void Resize(int64_t bytes) { EXPECT_EQ(ftruncate(fd_, bytes), 0); }
-  void Unlink() { shm_unlink(key_.c_str()); }
-  const std::string& key() const { return key_; }
-  char* data() { return base_; }
-
- private:
-  static inline int next_ = 0;
-  std::string key_;
-  int fd_ = -1;
-  char* base_ = nullptr;
-  int64_t bytes_ = 0;
-};
 
 std::unique_ptr<SharedMemoryRegistry> MakeRegistry(int32_t max_regions = 8) {
   SharedMemoryRegistryOptions options;
