@@ -31,13 +31,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -45,6 +43,7 @@
 #include "server/frontend/server.h"
 #include "server/logging/access_log.h"
 #include "server/logging/log_setup.h"
+#include "server/util/command_line.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, conv1d::ServerOptions().listen_address,
@@ -183,30 +182,6 @@ ABSL_FLAG(std::string, access_log, "",
 
 namespace {
 
-// absl::ParseCommandLine never returns when it fails or prints usage: it
-// exits with status 1 after a malformed flag and after --help alike. This
-// handler turns those exits into 2 (invalid value, as for every other
-// invalid value) and 0 (usage printed, as asked).
-bool g_flags_parsed = false;
-bool g_usage_flag_given = false;
-void FixParseExitStatus() {
-  if (g_flags_parsed) return;
-  std::fflush(nullptr);
-  std::_Exit(g_usage_flag_given ? 0 : 2);
-}
-
-bool IsUsageFlag(absl::string_view arg) {
-  if (!absl::ConsumePrefix(&arg, "-")) return false;
-  absl::ConsumePrefix(&arg, "-");
-  arg = arg.substr(0, arg.find('='));
-  for (absl::string_view name : {"help", "helpfull", "helpshort", "helppackage",
-                                 "helpon", "helpmatch", "version",
-                                 "only_check_args"}) {
-    if (arg == name) return true;
-  }
-  return false;
-}
-
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "conv1d_server: %s\n(see conv1d_server --help)\n",
                message.c_str());
@@ -256,12 +231,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves causal depthwise conv1d (forward, backward, decode update) over "
       "gRPC.\nUsage: conv1d_server [--listen=127.0.0.1:50051] [--backend=auto] ...");
-  for (int i = 1; i < argc; ++i) {
-    if (IsUsageFlag(argv[i])) g_usage_flag_given = true;
-  }
-  std::atexit(FixParseExitStatus);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  g_flags_parsed = true;
+  // Exit 2 after a malformed flag (as for every other invalid value), 0
+  // after --help.
+  std::vector<char*> positional = conv1d::ParseFlags(argc, argv);
   if (positional.size() > 1) {
     return UsageError(absl::StrCat("unexpected argument '", positional[1], "'"));
   }

@@ -16,7 +16,6 @@
 // flag, a bad value), reported before anything is allocated or sent.
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -24,7 +23,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -40,6 +38,7 @@
 #include "client/security_flags.h"
 #include "client/verify.h"
 #include "client/workload.h"
+#include "server/util/command_line.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051", "Server address host:port (comma list: round-robin).");
 ABSL_FLAG(int, listen_of_pid, 0,
@@ -518,29 +517,6 @@ int Run(const std::string& command) {
 }  // namespace
 }  // namespace conv1d
 
-// absl::ParseCommandLine exits with status 1 both after --help (and
-// --version) and after a malformed flag. This atexit handler turns those into
-// 0 (usage printed, as asked) and 2 (bad usage), as the exit table says.
-bool g_flags_parsed = false;
-bool g_usage_flag_given = false;
-
-void FixParseExitStatus() {
-  if (g_flags_parsed) return;
-  std::fflush(nullptr);
-  std::_Exit(g_usage_flag_given ? 0 : 2);
-}
-
-bool IsUsageFlag(absl::string_view arg) {
-  if (!absl::ConsumePrefix(&arg, "-")) return false;
-  absl::ConsumePrefix(&arg, "-");
-  arg = arg.substr(0, arg.find('='));
-  for (absl::string_view name : {"help", "helpfull", "helpshort", "helppackage", "helpon",
-                                 "helpmatch", "version", "only_check_args"}) {
-    if (arg == name) return true;
-  }
-  return false;
-}
-
 int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
   absl::FlagsUsageConfig usage;
@@ -569,18 +545,15 @@ int main(int argc, char** argv) {
       "Exit status: 0 ok; 1 failure at run time (an RPC failed, not SERVING, a wrong\n"
       "answer under --verify); 2 bad usage. .npy bf16 travels as uint16 ('<u2') bits.");
   for (int i = 1; i < argc; ++i) {
-    if (IsUsageFlag(argv[i])) {
-      g_usage_flag_given = true;
-    } else if (absl::string_view(argv[i]) == "-h") {
+    if (absl::string_view(argv[i]) == "-h") {
       // -h is not an absl flag: the same as --help.
       static char help[] = "--help";
       argv[i] = help;
-      g_usage_flag_given = true;
     }
   }
-  std::atexit(FixParseExitStatus);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  g_flags_parsed = true;
+  // Exit 0 after --help and --version, 2 after a malformed flag, as the exit
+  // table says.
+  std::vector<char*> args = conv1d::ParseFlags(argc, argv);
   if (args.size() < 2) {
     return conv1d::UsageError("no command given");
   }

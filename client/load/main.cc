@@ -5,13 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
@@ -25,6 +23,7 @@
 #include "client/load/session_load.h"
 #include "client/npy.h"
 #include "client/security_flags.h"
+#include "server/util/command_line.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "Server address, or a comma list of replicas used round-robin.");
@@ -512,28 +511,6 @@ int Main() {
 }  // namespace
 }  // namespace conv1d
 
-// absl::ParseCommandLine exits with status 1 after --help and after a
-// malformed flag alike; this atexit handler makes those 0 and 2.
-bool g_flags_parsed = false;
-bool g_usage_flag_given = false;
-
-void FixParseExitStatus() {
-  if (g_flags_parsed) return;
-  std::fflush(nullptr);
-  std::_Exit(g_usage_flag_given ? 0 : 2);
-}
-
-bool IsUsageFlag(absl::string_view arg) {
-  if (!absl::ConsumePrefix(&arg, "-")) return false;
-  absl::ConsumePrefix(&arg, "-");
-  arg = arg.substr(0, arg.find('='));
-  for (absl::string_view name : {"help", "helpfull", "helpshort", "helppackage", "helpon",
-                                 "helpmatch", "version", "only_check_args"}) {
-    if (arg == name) return true;
-  }
-  return false;
-}
-
 int main(int argc, char** argv) {
   // --help lists this tool's own flags (absl matches by file name otherwise).
   absl::FlagsUsageConfig usage;
@@ -549,16 +526,12 @@ int main(int argc, char** argv) {
       "[--arrival=poisson].\n  Exit 1 when a request failed (unless --allow_errors) or an "
       "answer was wrong, or --search found no level under its bound; 2 on usage/setup "
       "errors.");
-  for (int i = 1; i < argc; ++i) {
-    if (IsUsageFlag(argv[i])) g_usage_flag_given = true;
-  }
-  std::atexit(FixParseExitStatus);
   // The generator measures the server: absl's lock-order bookkeeping (on in
   // the distribution's build) would add a graph update to every lock that
   // its and gRPC's threads take.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  g_flags_parsed = true;
+  // Exit 0 after --help, 2 after a malformed flag.
+  std::vector<char*> args = conv1d::ParseFlags(argc, argv);
   if (args.size() > 1) {
     return conv1d::UsageError(absl::StrCat("unexpected argument '", args[1], "'"));
   }
