@@ -15,7 +15,8 @@ import unittest
 
 import numpy as np
 
-from e2e_util import Server, run, seed_for_test, tmpdir
+from e2e_util import run, seed_for_test, tmpdir
+from server_launcher import Server
 
 SERVER, CLIENT = sys.argv[1:3]
 

@@ -31,7 +31,8 @@ import unittest
 
 import numpy as np
 
-from e2e_util import Server, run, seed_for_test, tmpdir
+from e2e_util import run, seed_for_test, tmpdir
+from server_launcher import Server
 
 SERVER, CLIENT, LOAD = sys.argv[1:4]
 FORWARD = 'method="Forward"'

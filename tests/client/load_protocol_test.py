@@ -15,7 +15,8 @@ import re
 import sys
 import unittest
 
-from e2e_util import Server, run, tmpdir
+from e2e_util import run, tmpdir
+from server_launcher import Server
 
 SERVER, CLIENT, LOAD = sys.argv[1:4]
 COLUMNS = ["protocol", "memory", "workload", "concurrency", "throughput_rps", "p50_us",

@@ -15,7 +15,8 @@ import conv1d_client
 from conv1d_client import Client, bf16_to_float32, float32_to_bf16
 from conv1d_client.aio import AsyncClient
 from conv1d_client.client import reference_backward, reference_forward
-from e2e_util import Server, seed_for_test
+from e2e_util import seed_for_test
+from server_launcher import Server
 
 SERVER, CLIENT = sys.argv[1:3]
 

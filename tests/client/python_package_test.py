@@ -16,7 +16,8 @@ import sys
 import tempfile
 import urllib.request
 
-from e2e_util import Server, run
+from e2e_util import run
+from server_launcher import Server
 
 SERVER, CLIENT, SOURCE = sys.argv[1:4]
 PACKAGE = os.path.join(SOURCE, "client", "python")

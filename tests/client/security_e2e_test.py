@@ -27,7 +27,8 @@ import numpy as np
 
 from conv1d_client import Client
 from conv1d_client.client import reference_forward
-from e2e_util import free_port, run, seed_for_test
+from e2e_util import run, seed_for_test
+from server_launcher import Server
 
 SERVER, CLI, LOAD = sys.argv[1:4]
 SEED = seed_for_test(31)
@@ -66,45 +67,10 @@ def code_of(fn):
         return e.code()
 
 
-class Proc:
-    """A conv1d_server on free loopback ports; ready (health SERVING via the
-    CLI with `client_args`) on entry."""
-
-    def __init__(self, *args, client_args=()):
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [SERVER, f"--listen={self.target}", f"--metrics_listen=127.0.0.1:{self.metrics_port}",
-             "--backend=cpu", "--log_level=warn", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read()}")
-            r = subprocess.run([CLI, f"--target={self.target}", "--timeout_s=1", *client_args,
-                                "health"], capture_output=True)
-            if r.returncode == 0:
-                return
-            if time.time() > deadline:
-                self.stop()
-                raise RuntimeError(f"server not SERVING: {r.stderr}")
-            time.sleep(0.1)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
+def cpu_server(*args, client_args=()):
+    """A conv1d_server (CPU backend) on free loopback ports; ready (health
+    SERVING via the CLI with `client_args`) on entry."""
+    return Server(SERVER, CLI, "--backend=cpu", *args, client_args=client_args)
 
 
 class Security(unittest.TestCase):
@@ -154,7 +120,7 @@ class Security(unittest.TestCase):
     # -- listeners --------------------------------------------------------
 
     def test_second_server_on_a_taken_port_exits_2(self):
-        with Proc() as first:
+        with cpu_server() as first:
             r = run([SERVER, f"--listen={first.target}", "--metrics_listen=", "--backend=cpu"],
                     timeout=20)
             self.assertEqual(r.returncode, 2)
@@ -172,7 +138,7 @@ class Security(unittest.TestCase):
             self.assertIn(flag.split("=")[0], r.stderr)
 
     def test_idle_metrics_connections_do_not_stall_a_scrape(self):
-        with Proc() as srv:
+        with cpu_server() as srv:
             idle = [socket.create_connection(("127.0.0.1", srv.metrics_port)) for _ in range(4)]
             try:
                 start = time.monotonic()
@@ -189,8 +155,8 @@ class Security(unittest.TestCase):
         cert, key = self.path("metrics.pem"), self.path("metrics.key")
         shutil.copy(self.path("server.pem"), cert)
         shutil.copy(self.path("server.key"), key)
-        with Proc(f"--metrics_tls_cert={cert}", f"--metrics_tls_key={key}",
-                  f"--metrics_tls_client_ca={self.path('ca.pem')}") as srv:
+        with cpu_server(f"--metrics_tls_cert={cert}", f"--metrics_tls_key={key}",
+                        f"--metrics_tls_client_ca={self.path('ca.pem')}") as srv:
             url = f"https://127.0.0.1:{srv.metrics_port}/metrics"
 
             def scrape(ca="ca", client=True):
@@ -226,8 +192,9 @@ class Security(unittest.TestCase):
     # -- TLS --------------------------------------------------------------
 
     def test_tls_refuses_plaintext(self):
-        with Proc(f"--tls_cert={self.path('server.pem')}", f"--tls_key={self.path('server.key')}",
-                  client_args=[f"--tls_ca={self.path('ca.pem')}"]) as srv:
+        with cpu_server(f"--tls_cert={self.path('server.pem')}",
+                        f"--tls_key={self.path('server.key')}",
+                        client_args=[f"--tls_ca={self.path('ca.pem')}"]) as srv:
             with Client(srv.target, **self.tls(client_cert=False)) as c:
                 self.assertTrue(c.server_info().version)
             with Client(srv.target, timeout_s=3, max_attempts=1) as plain:
@@ -243,7 +210,7 @@ class Security(unittest.TestCase):
                 f"--tls_client_ca={self.path('ca.pem')}"]
         cli_tls = [f"--tls_ca={self.path('ca.pem')}", f"--tls_cert={self.path('client.pem')}",
                    f"--tls_key={self.path('client.key')}"]
-        with Proc(*args, client_args=cli_tls) as srv:
+        with cpu_server(*args, client_args=cli_tls) as srv:
             with Client(srv.target, **self.tls(client_cert=False)) as no_cert:
                 self.assertEqual(code_of(no_cert.server_info), grpc.StatusCode.UNAVAILABLE)
             stranger = self.tls()
@@ -276,8 +243,8 @@ class Security(unittest.TestCase):
         cert, key = self.path("live.pem"), self.path("live.key")
         shutil.copy(self.path("server.pem"), cert)
         shutil.copy(self.path("server.key"), key)
-        with Proc(f"--tls_cert={cert}", f"--tls_key={key}", "--tls_reload_interval_s=1",
-                  client_args=[f"--tls_ca={self.path('ca.pem')}"]) as srv:
+        with cpu_server(f"--tls_cert={cert}", f"--tls_key={key}", "--tls_reload_interval_s=1",
+                        client_args=[f"--tls_ca={self.path('ca.pem')}"]) as srv:
             with Client(srv.target, **self.tls(client_cert=False, ca="ca2")) as c:
                 self.assertEqual(code_of(c.server_info), grpc.StatusCode.UNAVAILABLE)
             # The renewed pair, signed by another CA, written as a renewal
@@ -302,8 +269,8 @@ class Security(unittest.TestCase):
 
     def auth_server(self, *extra, client_args=()):
         self.access_log = self.path(f"access-{secrets.token_hex(4)}.log")
-        return Proc(f"--auth_tokens_file={self.tokens_file}", f"--access_log={self.access_log}",
-                    *extra, client_args=client_args)
+        return cpu_server(f"--auth_tokens_file={self.tokens_file}",
+                          f"--access_log={self.access_log}", *extra, client_args=client_args)
 
     def test_tokens_roles_and_ownership(self):
         self.write_tokens([("alice", "infer"), ("bob", "infer"), ("ops", "admin")])

@@ -14,26 +14,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
+
+from server_launcher import Server
 
 REPLICAS = 3
 FAIR_TOLERANCE = 0.20
 SAMPLE_RE = re.compile(r'^conv1d_requests_total\{([^}]*)\}\s+(\S+)$', re.M)
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def request_counts(metrics_port):
@@ -48,19 +38,6 @@ def request_counts(metrics_port):
     if "conv1d_requests_total" not in text:
         raise RuntimeError(f"no conv1d_requests_total on :{metrics_port}/metrics")
     return counts
-
-
-def wait_serving(client, target, proc, deadline_s=30):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server {target} exited early with {proc.returncode}")
-        ok = subprocess.run([client, "health", f"--target={target}", "--attempts=1",
-                             "--timeout_s=2"], capture_output=True).returncode == 0
-        if ok:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"server {target} not SERVING after {deadline_s} s")
 
 
 def load_totals(report):
@@ -86,21 +63,17 @@ def main():
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="conv1d-scale-")
-    ports = free_ports(2 * REPLICAS)
-    grpc_ports, metrics_ports = ports[:REPLICAS], ports[REPLICAS:]
-    targets = [f"127.0.0.1:{p}" for p in grpc_ports]
-    procs, logs = [], []
+    servers, logs = [], []
     failures = []
     try:
         for i in range(REPLICAS):
             log = open(os.path.join(tmp, f"server{i}.log"), "w+")
             logs.append(log)
-            procs.append(subprocess.Popen(
-                [a.server, f"--listen={targets[i]}",
-                 f"--metrics_listen=127.0.0.1:{metrics_ports[i]}", "--backend=echo",
-                 "--drain_timeout_s=5"], stdout=log, stderr=subprocess.STDOUT))
-        for t, p in zip(targets, procs):
-            wait_serving(a.client, t, p)
+            servers.append(Server(a.server, a.client, "--backend=echo", "--drain_timeout_s=5",
+                                  "--log_level=info", output=log, start_timeout_s=30))
+        targets = [srv.target for srv in servers]
+        metrics_ports = [srv.metrics_port for srv in servers]
+        procs = [srv.proc for srv in servers]
         before = [request_counts(m) for m in metrics_ports]
 
         report_path = os.path.join(tmp, "load.json")
@@ -165,10 +138,10 @@ def main():
     except Exception as e:  # a setup failure is a test failure, with the logs
         failures.append(f"{type(e).__name__}: {e}")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for srv in servers:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+                srv.proc.wait()
         if failures:
             for i, log in enumerate(logs):
                 log.seek(0)

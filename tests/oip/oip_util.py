@@ -1,13 +1,12 @@
 """Shared pieces of the inference-protocol suites: a conv1d_server on a free
-loopback port, float64 reference implementations of the three ops, and the
-skip convention (exit 77 when a tool is missing)."""
+loopback port (tests/common/server_launcher.py, ready by the protocol's own
+readiness call), float64 reference implementations of the three ops, and
+the skip convention (exit 77 when a tool is missing)."""
 import importlib
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
+
+import server_launcher
 
 try:
     import numpy as np
@@ -26,56 +25,31 @@ def require(module_name):
         sys.exit(SKIP)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """conv1d_server (CPU backend) on a free port, ready on entry, with
-    `args` and those in $OIP_SERVER_ARGS (space-separated); `headers` go
-    with the readiness calls (a bearer token when the server wants one)."""
+class Server(server_launcher.Server):
+    """conv1d_server (CPU backend, no /metrics listener) on a free port
+    (`url`), ready for inference-protocol calls on entry, with `args` and
+    those in $OIP_SERVER_ARGS (space-separated); `headers` go with the
+    readiness calls (a bearer token when the server wants one)."""
 
     def __init__(self, binary, *args, headers=None):
         args = (*args, *os.environ.get("OIP_SERVER_ARGS", "").split())
         import tritonclient.grpc as grpcclient
-        self.port = free_port()
-        self.url = f"127.0.0.1:{self.port}"
-        cmd = [binary, f"--listen={self.url}", "--metrics_listen=", "--backend=cpu",
-               "--log_level=warn", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        client = grpcclient.InferenceServerClient(self.url)
-        deadline = time.time() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
+        clients = []
+
+        def ready(target):
+            if not clients:
+                clients.append(grpcclient.InferenceServerClient(target))
             try:
-                if client.is_server_ready(headers=headers):
-                    break
+                return clients[0].is_server_ready(headers=headers)
             except Exception:  # not listening yet
-                pass
-            if time.time() > deadline:
-                self.stop()
-                raise RuntimeError("server did not become ready")
-            time.sleep(0.1)
-        client.close()
+                return False
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
+        try:
+            super().__init__(binary, None, "--backend=cpu", *args, ready=ready, metrics=False)
+        finally:
+            for c in clients:
+                c.close()
+        self.url = self.target
 
 
 # ---- float64 references (DESIGN §1); activations channel-first [B, D, L] ----

@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 import oip_util
+import server_launcher
 
 oip_util.require("tritonclient.grpc")
 
@@ -79,7 +80,7 @@ def sequence_run(server, pa, tmp, rng):
     with open(data, "w") as f:
         json.dump({"data": [{"x": {"content": [rng.uniform(-1, 1) for _ in range(d)],
                                    "shape": [1, d, 1]}}]}, f)
-    metrics = f"127.0.0.1:{oip_util.free_port()}"
+    metrics = f"127.0.0.1:{server_launcher.free_port()}"
     with oip_util.Server(server, f"--metrics_listen={metrics}") as s:
         import numpy as np
         tc.register_weights(s.url, "seqw", np.ones((d, w)), np.zeros(d))

@@ -1,0 +1,101 @@
+"""A conv1d_server on free loopback ports for the Python end-to-end suites
+(tests/client, tests/oip, tests/deploy): started with the suite's flags,
+ready on entry, stopped with SIGTERM on exit. The suites find this module
+through PYTHONPATH (set by ctest). One Server per test at a time; not
+thread-safe."""
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+
+def free_port():
+    """A loopback TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """conv1d_server `binary` on a free loopback port (`port`, `target`) and,
+    with `metrics`, its /metrics on another (`metrics_port`, `metrics_url`),
+    at --log_level=warn; `args` come last, so they override all of these.
+
+    Ready on entry: health SERVING through the CLI `client_binary` (with
+    `client_args`, e.g. TLS files or a token) or, when `ready` is given, once
+    ready(target) is true; a server that exits or is not ready within
+    `start_timeout_s` raises RuntimeError. Its stderr goes to `output` (an
+    open file) or, by default, to a pipe read for that error."""
+
+    def __init__(self, binary, client_binary, *args, client_args=(), ready=None,
+                 metrics=True, output=None, start_timeout_s=20):
+        self.port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port() if metrics else None
+        self.metrics_url = (f"http://127.0.0.1:{self.metrics_port}/metrics" if metrics
+                            else None)
+        metrics_flag = f"127.0.0.1:{self.metrics_port}" if metrics else ""
+        cmd = [binary, f"--listen={self.target}", f"--metrics_listen={metrics_flag}",
+               "--log_level=warn", *args]
+        self.proc = subprocess.Popen(
+            cmd, stdout=output if output is not None else subprocess.DEVNULL,
+            stderr=output if output is not None else subprocess.PIPE, text=True)
+        self._client = (client_binary, tuple(client_args))
+        self._not_ready = ""
+        ready = ready or self._serving
+        deadline = time.time() + start_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                why = self.proc.stderr.read() if output is None else "see its log"
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {why}")
+            if ready(self.target):
+                return
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"server {self.target} not ready after {start_timeout_s} s"
+                                   f"{': ' if self._not_ready else ''}{self._not_ready}")
+            time.sleep(0.1)
+
+    def _serving(self, target):
+        """Whether the CLI's health command finds `target` SERVING."""
+        client_binary, client_args = self._client
+        r = subprocess.run([client_binary, f"--target={target}", "--timeout_s=1",
+                            *client_args, "health"], capture_output=True, text=True)
+        self._not_ready = r.stderr.strip()
+        return r.returncode == 0
+
+    def metric(self, name, label_filter=""):
+        """The sum of metric `name` over the samples whose labels contain
+        `label_filter`, read from /metrics now."""
+        body = urllib.request.urlopen(self.metrics_url, timeout=5).read().decode()
+        total = 0.0
+        for line in body.splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            rest = line[len(name):]
+            labels = ""
+            if rest.startswith("{"):
+                labels, rest = rest[1:rest.rindex("}")], rest[rest.rindex("}") + 1:]
+            elif not rest.startswith(" "):
+                continue
+            if label_filter in labels:
+                total += float(rest.split()[0])
+        return total
+
+    def stop(self, timeout_s=15):
+        """SIGTERM, then SIGKILL after `timeout_s`; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
