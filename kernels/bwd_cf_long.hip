@@ -158,17 +158,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
     unpack_f<T, N>(ds[j], dvs);
     if constexpr (!kMulti && !kFullTile) {
       // A shifted row's vectors that straddle its ends (see above).
-      const int64_t pos = pos0 + j * pstep;
-      if (pos < 0 || pos + N > L) {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const int64_t t = pos + e;
-          if (t < 0 || t >= L) {
-            dvs[e] = 0.0f;
-            xf[j][kH + e] = t < 0 ? x_tilde_cf<T>(p, seg, x + row0 * L, row0, t, W) : 0.0f;
-          }
-        }
-      }
+      mask_outside_row<T, N, kH>(p, seg, x + row0 * L, row0, pos0 + j * pstep, L, W, dvs, xf[j]);
     }
 #pragma unroll
     for (int i = 0; i < kH; ++i) {

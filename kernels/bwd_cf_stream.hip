@@ -38,7 +38,9 @@ using detail::WidthSwitch;
 // ends, x before the row is replaced by x̃ (initial state or zero) and past
 // it by zero, dout outside the row by zero, and dx is stored element by
 // element; dfinal_states may then reach into the step before the last.
-template <class T, int W, bool kSilu>
+// kShift (seg.vec == kVecShifted) compiles those range checks in; rows of
+// whole vectors (kShift false) store every step but the row's last whole.
+template <class T, int W, bool kSilu, bool kShift>
 __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
                                                    int64_t local, int lane,
                                                    uint4 (*stage)[2][kTeam]) {
@@ -58,7 +60,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   const int64_t chunk = local - row * nchunks;
   const S* xrow = static_cast<const S*>(seg.in(Role::kX)) + row * L;
   // Positions below are on the grid (row position + o).
-  const int o = seg.vec == kVecShifted ? row_shift(xrow) : 0;
+  const int o = kShift ? row_shift(xrow) : 0;
   const int64_t Lg = L + o;  // the row's end on the grid
   const int64_t c0 = chunk * V * kStep;
   const int64_t rem = Lg - c0;
@@ -113,7 +115,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   // dx of step st (g in gc, its right halo gh) into dx, with dfinal_states
   // near the row's end, element by element where the vector straddles the
   // row's ends; and dinitial_states from the vector that holds t = 0.
-  auto finish = [&](int st, const float (&gh)[kH]) {
+  // maybe_last false: not the row's last step, so for rows of whole
+  // vectors (kShift false) a whole vector inside the row.
+  auto finish = [&](bool maybe_last, int st, const float (&gh)[kH]) {
     float dxv[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
@@ -127,7 +131,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     }
     const int64_t t0 = tpos(st);
     S* dst = dxp + static_cast<int64_t>(st) * kStep;
-    if (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0)) {
+    if (!kShift && !maybe_last) {
+      store_words(dst, pack_words<T>(dxv));  // inside the row, not its end
+    } else if (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0)) {
       store_words(dst, pack_words<T>(dxv));
     } else {
       const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
@@ -141,11 +147,11 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
         }
       }
     }
-    if (p.ret_dinit && t0 <= 0 && t0 + N > 0) {
+    if (p.ret_dinit && (kShift || st == 0) && t0 <= 0 && t0 + N > 0) {
       // g at t is element t + o of gc then gh (L > kTeam, so dfinal_states
       // never reaches dinitial_states).
       S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
-      const int sh = static_cast<int>(-t0);
+      const int sh = kShift ? static_cast<int>(-t0) : 0;
       float g0[kH];  // g at t = 0 .. kH-1
       window_at(gc, gh, sh, g0);
 #pragma unroll
@@ -174,20 +180,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
       for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
     }
     unpack_words<T>(db, dv);
-    {
-      const int64_t t0 = tpos(st);
-      if (t0 < 0 || t0 + N > L) {
-        // A vector that straddles the row's ends (see above), or past it.
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const int64_t t = t0 + e;
-          if (t < 0 || t >= L) {
-            dv[e] = 0.0f;
-            xf[kH + e] = t < 0 ? x_tilde_cf<T>(p, seg, xrow, row, t, W) : 0.0f;
-          }
-        }
-      }
-    }
+    if constexpr (kShift) mask_outside_row<T, N, kH>(p, seg, xrow, row, tpos(st), L, W, dv, xf);
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
       const float give = last ? carry[i] : xf[N + i];
@@ -214,7 +207,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
       float gh[kH];
 #pragma unroll
       for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam);
-      finish(st - 1, gh);
+      finish(false, st - 1, gh);
     }
 #pragma unroll
     for (int e = 0; e < N; ++e) gc[e] = gs[e];
@@ -253,7 +246,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
         gh[i] = more && cend - o + i < L ? gv : 0.0f;
       }
     }
-    if (nsteps <= lsteps) finish(nsteps - 1, gh);
+    if (nsteps <= lsteps) finish(true, nsteps - 1, gh);
   }
   copy_async_wait<0>();  // the ring is free for the team's next tile
   float v[W + 1];
@@ -281,8 +274,12 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!is_stream_tile<T>(seg) || seg.ws_partial_offset < 0) continue;
+    const int64_t local = tile - seg.tile_begin;
+    const bool shift = seg.vec == kVecShifted;
     BoolSwitch(p.silu, [&](auto silu) {
-      bwd_cf_stream_team<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      constexpr bool kSilu = decltype(silu)::value;
+      if (shift) bwd_cf_stream_team<T, W, kSilu, true>(p, seg, local, lane, stage[team]);
+      else bwd_cf_stream_team<T, W, kSilu, false>(p, seg, local, lane, stage[team]);
     });
   }
 }

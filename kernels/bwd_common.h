@@ -46,6 +46,28 @@ __device__ __forceinline__ void window_at(const float (&a)[kA], const float (&b)
   for (int i = 0; i < kOut; ++i) out[i] = i < kN ? v[i < kN ? i : 0] : 0.0f;
 }
 
+// A vector of a shifted row at row position t0 (positions t0 .. t0+N-1)
+// that straddles the row's ends, or lies past it: dout outside the row
+// becomes zero (so g is zero there and adds to neither dx nor dweight), x
+// before the row x̃ (initial state or zero) and past it zero. xf holds the
+// vector's x from element kOff on.
+template <class T, int N, int kOff, int kM>
+__device__ __forceinline__ void mask_outside_row(const KParams& p, const Conv1dSegment& seg,
+                                                 const typename T::S* xrow, int64_t row,
+                                                 int64_t t0, int64_t L, int W, float (&dv)[N],
+                                                 float (&xf)[kM]) {
+  static_assert(kOff + N <= kM, "the vector lies inside xf");
+  if (t0 >= 0 && t0 + N <= L) return;
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const int64_t t = t0 + e;
+    if (t < 0 || t >= L) {
+      dv[e] = 0.0f;
+      xf[kOff + e] = t < 0 ? x_tilde_cf<T>(p, seg, xrow, row, t, W) : 0.0f;
+    }
+  }
+}
+
 // One level of a reduce-scatter between lane pairs (lane ^ m) of nin
 // values: the lane whose bit is 0 keeps the sums of values 0 .. nout-1, its
 // partner those of nout .. nin-1 (zeros past nin). nin == nout (one value):
@@ -119,8 +141,9 @@ template <class T>
 hipError_t LaunchBwdCfWalk(const KParams& k, hipStream_t s);    // bwd_cf_walk.hip
 template <class T>
 hipError_t LaunchBwdCl(const KParams& k, hipStream_t s);        // bwd_cl.hip
-// dweight/dbias from the partials of every segment (reduce_dw.hip).
-hipError_t LaunchReduceDw(const KParams& k, hipStream_t s);
+// dweight/dbias from the partials of every segment (reduce_dw.hip);
+// max_partials: Conv1dPlanInfo::max_partials.
+hipError_t LaunchReduceDw(const KParams& k, int64_t max_partials, hipStream_t s);
 
 }  // namespace conv1d::kernels::dev
 

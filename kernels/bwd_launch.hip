@@ -34,15 +34,15 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
     if (e != hipSuccess) return e;
   }
   if (!plan.reduce_dw) return hipGetLastError();
-  return LaunchReduceDw(k0, s);
+  return LaunchReduceDw(k0, plan.max_partials, s);
 }
 
 template <class T>
-hipError_t LaunchCl(const KParams& k, hipStream_t s) {
+hipError_t LaunchCl(const KParams& k, const Conv1dPlanInfo& plan, hipStream_t s) {
   if (!detail::FastWidth(k.width)) return hipErrorInvalidValue;
   const hipError_t e = LaunchBwdCl<T>(k, s);
   if (e != hipSuccess) return e;
-  return LaunchReduceDw(k, s);
+  return LaunchReduceDw(k, plan.max_partials, s);
 }
 
 }  // namespace
@@ -66,9 +66,9 @@ int32_t LaunchBwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
   const KParams k = MakeParams(p, plan, segs, ws);
   const auto st = static_cast<hipStream_t>(s);
   switch (p.x_type) {
-    case ScalarType::kF32: return LaunchCl<F32>(k, st);
-    case ScalarType::kF16: return LaunchCl<F16>(k, st);
-    case ScalarType::kBF16: return LaunchCl<BF16>(k, st);
+    case ScalarType::kF32: return LaunchCl<F32>(k, plan, st);
+    case ScalarType::kF16: return LaunchCl<F16>(k, plan, st);
+    case ScalarType::kBF16: return LaunchCl<BF16>(k, plan, st);
   }
   return hipErrorInvalidValue;
 }

@@ -228,6 +228,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   // Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
+  int64_t max_partials = 0;  // per (segment, channel), over the partial writers
   // Short-row vector tiles (fwd/bwd_cf_short_kernel) hold up to
   // k*ShortSteps steps; fewer when the launch's short rows would make fewer
   // than k*ShortTiles tiles. Tiling does not change any result (each row
@@ -299,6 +300,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       } else if (bwd) {
         floats += c.floats;
         reduce = true;
+        max_partials = std::max(max_partials, B * c.nchunks);
       }
     } else if (path == kPathFastChannelLast) {
       const int64_t kN = bwd ? kClVecBwd : ClVecFwd(static_cast<int>(esize));
@@ -311,6 +313,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       s.nchunks = ClChunks(p, L);
       tiles += B * s.nchunks * ndb;
       if (bwd) floats += D * B * s.nchunks * (W + 1);
+      if (bwd) max_partials = std::max(max_partials, B * s.nchunks);
       reduce = reduce || bwd;
     } else if (path == kPathGeneral) {
       tiles += CeilDiv(B * D * (L + W - 1), kGenBlock);
@@ -385,6 +388,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->walk_tile_begin = lo[3] < 0 ? 0 : lo[3];
   plan->walk_tile_end = hi[3];
   plan->reduce_dw = reduce ? 1 : 0;
+  plan->max_partials = max_partials;
   return hipSuccess;
 }
 

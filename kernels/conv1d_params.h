@@ -141,6 +141,9 @@ struct Conv1dPlanInfo {
   int64_t walk_tile_begin = 0;
   int64_t walk_tile_end = 0;
   int32_t reduce_dw = 0;  // backward: 1 if any segment writes dweight partials
+  // Backward: the most partials of one (segment, channel), batch * nchunks
+  // over the segments that write partials (reduce_dw_kernel's mode).
+  int64_t max_partials = 0;
 };
 
 }  // namespace conv1d::kernels
