@@ -6,6 +6,7 @@ thread-safe."""
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -26,7 +27,9 @@ class Server:
     `client_args`, e.g. TLS files or a token) or, when `ready` is given, once
     ready(target) is true; a server that exits or is not ready within
     `start_timeout_s` raises RuntimeError. Its stderr goes to `output` (an
-    open file) or, by default, to a pipe read for that error."""
+    open file) or, by default, to a temporary file (not a pipe, which a
+    server that logs much while nobody reads would fill and block on), whose
+    tail that error quotes."""
 
     def __init__(self, binary, client_binary, *args, client_args=(), ready=None,
                  metrics=True, output=None, start_timeout_s=20):
@@ -38,16 +41,18 @@ class Server:
         metrics_flag = f"127.0.0.1:{self.metrics_port}" if metrics else ""
         cmd = [binary, f"--listen={self.target}", f"--metrics_listen={metrics_flag}",
                "--log_level=warn", *args]
+        self._log = output if output is not None else tempfile.TemporaryFile(mode="w+")
+        self._own_log = output is None
         self.proc = subprocess.Popen(
             cmd, stdout=output if output is not None else subprocess.DEVNULL,
-            stderr=output if output is not None else subprocess.PIPE, text=True)
+            stderr=self._log, text=True)
         self._client = (client_binary, tuple(client_args))
         self._not_ready = ""
         ready = ready or self._serving
         deadline = time.time() + start_timeout_s
         while True:
             if self.proc.poll() is not None:
-                why = self.proc.stderr.read() if output is None else "see its log"
+                why = self.log_tail() if self._own_log else "see its log"
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {why}")
             if ready(self.target):
                 return
@@ -56,6 +61,15 @@ class Server:
                 raise RuntimeError(f"server {self.target} not ready after {start_timeout_s} s"
                                    f"{': ' if self._not_ready else ''}{self._not_ready}")
             time.sleep(0.1)
+
+    def log_tail(self, chars=4000):
+        """The last `chars` characters the server wrote to stderr (its own
+        temporary file only; "" when the suite passed `output`)."""
+        if not self._own_log:
+            return ""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()[-chars:]
 
     def _serving(self, target):
         """Whether the CLI's health command finds `target` SERVING."""
@@ -92,6 +106,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self._own_log and not self._log.closed:
+            self._log.close()
         return self.proc.returncode
 
     def __enter__(self):

@@ -165,7 +165,9 @@ TEST(BoundedMemory, ShapeBombIsInvalidArgumentAndPeakMemoryStaysUnderTwiceItsSiz
                   host_tensors, bomb.field, static_cast<long long>(size),
                   static_cast<long long>(rss), static_cast<long long>(peak),
                   static_cast<double>(peak - rss) / static_cast<double>(size));
-      if (kMeasureMemory) EXPECT_LE(peak - rss, 2 * size);
+      if (kMeasureMemory) {
+        EXPECT_LE(peak - rss, 2 * size);
+      }
     }
     // Still serving.
     EXPECT_TRUE(ForwardRaw(channel.get(), SmallForward(&rng)).ok());
