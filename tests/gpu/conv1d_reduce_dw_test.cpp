@@ -42,15 +42,7 @@ TEST(Conv1dReduceDw, FewAndManyPartialsPerChannelInOneLaunch) {
         segs[i].seqlen = kShapes[i].seqlen;
         MakeInputs(p, &segs[i], rng);
       }
-      std::vector<SegmentData> fused = segs;
-      ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, segs);
-      ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, segs);
-      for (size_t i = 0; i < segs.size(); ++i) {
-        std::vector<SegmentData> one{segs[i]};
-        ASSERT_EQ(RunFused(p, &one), "");
-        EXPECT_EQ(fused[i].dweight.bytes, one[0].dweight.bytes) << "segment " << i << " " << Describe(p, segs);
-        EXPECT_EQ(fused[i].dbias.bytes, one[0].dbias.bytes) << "segment " << i << " " << Describe(p, segs);
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {&SegmentData::dweight, &SegmentData::dbias}));
     }
   }
 }
@@ -72,14 +64,9 @@ TEST(Conv1dReduceDw, LaneAndTeamModesGiveTheSameBytes) {
     segs[1].batch = 17;
     segs[1].seqlen = 64;
     for (SegmentData& s : segs) MakeInputs(p, &s, rng);
-    std::vector<SegmentData> fused = segs;
-    ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, segs);
-    ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, segs);
-    std::vector<SegmentData> one{segs[0]};
-    ASSERT_EQ(RunFused(p, &one), "");
-    ASSERT_EQ(CheckAll(p, one), "") << Describe(p, one);
-    EXPECT_EQ(fused[0].dweight.bytes, one[0].dweight.bytes) << Describe(p, segs);
-    EXPECT_EQ(fused[0].dbias.bytes, one[0].dbias.bytes) << Describe(p, segs);
+    // Segment 0 alone (every = 2): the lane mode.
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectFusedEqualSeparate(p, segs, {&SegmentData::dweight, &SegmentData::dbias}, 2));
   }
 }
 

@@ -8,7 +8,6 @@
 // Skip without a device (the planner test runs everywhere).
 #include <gtest/gtest.h>
 
-#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -68,11 +67,9 @@ TEST(Conv1dShiftedRows, BackwardEveryWidthAndPairMatchesTheReference) {
   }
 }
 
-// A fused launch of 24 segments of random B (1..2) and L (1..4096:
-// aligned, shifted and short rows) gives the reference's values, and
-// every fifth segment run alone gives the same bytes in each of `outputs`.
-void ExpectMixedLengthsFusedEqualSeparate(const Conv1dProblem& p, std::mt19937_64& rng,
-                                          std::initializer_list<HostTensor SegmentData::*> outputs) {
+// 24 segments of random B (1..2) and L (1..4096: aligned, shifted and
+// short rows) with inputs for `p`.
+std::vector<SegmentData> MixedLengthSegments(const Conv1dProblem& p, std::mt19937_64& rng) {
   std::uniform_int_distribution<int64_t> ldist(1, 4096), bdist(1, 2);
   std::vector<SegmentData> segs(24);
   for (auto& s : segs) {
@@ -80,26 +77,19 @@ void ExpectMixedLengthsFusedEqualSeparate(const Conv1dProblem& p, std::mt19937_6
     s.seqlen = ldist(rng);
     MakeInputs(p, &s, rng);
   }
-  std::vector<SegmentData> fused = segs;
-  ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, segs);
-  ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, segs);
-  for (size_t i = 0; i < segs.size(); i += 5) {
-    std::vector<SegmentData> one{segs[i]};
-    ASSERT_EQ(RunFused(p, &one), "");
-    for (HostTensor SegmentData::*out : outputs) {
-      EXPECT_EQ((fused[i].*out).bytes, (one[0].*out).bytes) << "segment " << i << " " << Describe(p, segs);
-    }
-  }
+  return segs;
 }
 
+// A fused launch of mixed lengths gives the reference's values, and every
+// fifth segment run alone gives the same bytes in each output.
 TEST(Conv1dShiftedRows, MixedLengthsFusedEqualSeparate) {
   if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
   std::mt19937_64 rng = TestRng();
   for (const Pair& pr : {kPairs[0], kPairs[2], kPairs[3]}) {
     for (int W : {3, 4, 8}) {
       const Conv1dProblem p = MakeProblem(KernelOp::kForward, pr, KernelLayout::kChannelFirst, 6, W, 0x0f);
-      ASSERT_NO_FATAL_FAILURE(
-          ExpectMixedLengthsFusedEqualSeparate(p, rng, {&SegmentData::y, &SegmentData::final_states}));
+      ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(
+          p, MixedLengthSegments(p, rng), {&SegmentData::y, &SegmentData::final_states}, 5));
     }
   }
 }
@@ -112,8 +102,9 @@ TEST(Conv1dShiftedRows, BackwardMixedLengthsFusedEqualSeparate) {
     for (int W : {2, 4, 7}) {
       if (pr.x == ScalarType::kF32 && W > 4) continue;
       const Conv1dProblem p = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 6, W, 0x1f);
-      ASSERT_NO_FATAL_FAILURE(ExpectMixedLengthsFusedEqualSeparate(
-          p, rng, {&SegmentData::dx, &SegmentData::dweight, &SegmentData::dbias, &SegmentData::dinit}));
+      ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(
+          p, MixedLengthSegments(p, rng),
+          {&SegmentData::dx, &SegmentData::dweight, &SegmentData::dbias, &SegmentData::dinit}, 5));
     }
   }
 }

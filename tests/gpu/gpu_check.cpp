@@ -109,6 +109,23 @@ std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
   return err.empty() ? err : err + " " + Describe(p, segs);
 }
 
+void ExpectFusedEqualSeparate(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
+                              std::initializer_list<HostTensor SegmentData::*> outputs,
+                              size_t every) {
+  ASSERT_GE(every, 1u);
+  std::vector<SegmentData> fused = segs;
+  ASSERT_EQ(RunFused(p, &fused), "") << Describe(p, segs);
+  ASSERT_EQ(CheckAll(p, fused), "") << Describe(p, segs);
+  for (size_t i = 0; i < segs.size(); i += every) {
+    std::vector<SegmentData> one{segs[i]};
+    ASSERT_EQ(RunFused(p, &one), "") << "segment " << i << " alone: " << Describe(p, one);
+    ASSERT_EQ(CheckAll(p, one), "") << "segment " << i << " alone: " << Describe(p, one);
+    for (HostTensor SegmentData::*out : outputs) {
+      EXPECT_EQ((fused[i].*out).bytes, (one[0].*out).bytes) << "segment " << i << " " << Describe(p, segs);
+    }
+  }
+}
+
 Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, int W, uint32_t bits) {
   Conv1dProblem p;
   p.op = op;

@@ -1,13 +1,16 @@
 // Checks shared by the GPU kernel tests: the dtype pairs under test, a
 // problem from feature bits, every output of a fused launch against the
-// float64 reference, and the random generator whose seed a test prints and
-// a run may fix (CONV1D_TEST_SEED) to replay a failure.
+// float64 reference, a fused launch against its segments run alone, and the
+// random generator whose seed a test prints and a run may fix
+// (CONV1D_TEST_SEED) to replay a failure.
 //
 // Used by tests/gpu only. Not thread-safe (call from the test's thread).
 #ifndef CONV1D_TESTS_GPU_GPU_CHECK_H_
 #define CONV1D_TESTS_GPU_GPU_CHECK_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +54,15 @@ std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& seg
 // failed and the problem.
 std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
                           std::mt19937_64& rng);
+
+// Runs `segs` (inputs made) in one fused launch and checks every output
+// against the reference; then runs segments 0, every, 2 * every, ... each
+// alone, checks it against the reference and expects each of `outputs` to
+// hold the same bytes as in the fused launch. A launch or reference failure
+// is fatal (call in ASSERT_NO_FATAL_FAILURE); a byte mismatch is not.
+void ExpectFusedEqualSeparate(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
+                              std::initializer_list<HostTensor SegmentData::*> outputs,
+                              size_t every = 1);
 
 }  // namespace conv1d::testing
 
