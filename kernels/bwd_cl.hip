@@ -259,18 +259,20 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
     S* dxb = static_cast<S*>(seg.out(Role::kDx)) + b * L * D + d0;
     // Steps i < nstep of the walk: t = t0 + i; g summed for i < nsum, the
     // W-1 after them are the right halo (dx of the last positions, dfinal).
+    // Steps i < nload lie below L (their vectors are loaded, the rest read
+    // zeros).
     const int64_t left = L - t0;
     const int nsum = left >= kSteps ? kSteps : static_cast<int>(left);
     const int nstep = nsum + W - 1;
-    // Step i's vectors into slot `slot` (zeros past L); one group per call,
-    // empty past the walk.
+    const int nload = left >= nstep ? nstep : static_cast<int>(left);
+    // Step i's vectors into slot `slot` (zeros from nload); one group per
+    // call, empty past the walk.
     const S* xi = xb + t0 * D;
     const S* gi = gb + t0 * D;
-    int64_t ti = t0;
     int ni = 0;
     auto issue = [&](int slot) {
       if (ni < nstep) {
-        const bool ok = ti < L;
+        const bool ok = ni < nload;
         if constexpr (kVB == 16) {
           copy16_async(&ring[(2 * slot) * kThreads + th], ok ? xi : xb, ok ? 16 : 0);
           copy16_async(&ring[(2 * slot + 1) * kThreads + th], ok ? gi : gb, ok ? 16 : 0);
@@ -282,7 +284,6 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
       copy_async_commit();
       xi += D;
       gi += D;
-      ++ti;
       ++ni;
     };
 #pragma unroll
@@ -318,7 +319,10 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
 
     int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
     S* dxt = dxb + (t0 - (W - 1)) * D;  // dx at the current step's output position
-    auto body = [&](int i) {
+    // Step i. `inner` (a constant at each call): W-1 <= i < nsum, so t < L,
+    // g is summed and dx lands at t-(W-1) in [t0, L) with no dfinal term;
+    // the walk's other steps check each of these.
+    auto body = [&](int i, bool inner) {
       copy_async_wait<kP - 1>();  // step i's group has landed
       const V xr = ring[(2 * rd) * kThreads + th];
       const V dr = ring[(2 * rd + 1) * kThreads + th];
@@ -334,8 +338,8 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
         unpack_f<T, N>(ds, dvv);
       }
       const int64_t t = t0 + i;
-      const bool in = i < nsum || t < L;  // i < nsum implies t < L
-      const bool sum = i < nsum;
+      const bool sum = inner || i < nsum;
+      const bool in = sum || t < L;  // i < nsum implies t < L
       float acc[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
@@ -358,7 +362,7 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
         float a = w[e][0] * gv;
 #pragma unroll
         for (int k = 1; k < W; ++k) a += w[e][k] * gw[W - 1 - k][e];
-        if (p.has_dfinal && !in && t - L < W - 1) {
+        if (!inner && p.has_dfinal && !in && t - L < W - 1) {
           a += T::to_f(dfin[(b * D + d0 + e) * (W - 1) + (t - L)]);
         }
         acc[e] = a;
@@ -370,33 +374,43 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
         xw[W - 2][e] = xv[e];
         gw[W - 2][e] = gv;
       }
-      // dx at t-(W-1) < L; positions before t0 belong to the previous
-      // chunk, except in chunk 0 (dinitial_states, g before 0 is zero).
-      const int64_t pos = t - (W - 1);
-      if ((i >= W - 1 || t0 == 0) && pos < L) {
-        if (pos >= 0) {
-          store_f<T, N>(dxt, acc);
-        } else if (p.ret_dinit) {
-          S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates));
+      if (inner) {
+        store_f<T, N>(dxt, acc);
+      } else {
+        // dx at t-(W-1) < L; positions before t0 belong to the previous
+        // chunk, except in chunk 0 (dinitial_states, g before 0 is zero).
+        const int64_t pos = t - (W - 1);
+        if ((i >= W - 1 || t0 == 0) && pos < L) {
+          if (pos >= 0) {
+            store_f<T, N>(dxt, acc);
+          } else if (p.ret_dinit) {
+            S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates));
 #pragma unroll
-          for (int e = 0; e < N; ++e) dinit[(b * D + d0 + e) * (W - 1) + t] = T::from_f(acc[e]);
+            for (int e = 0; e < N; ++e) dinit[(b * D + d0 + e) * (W - 1) + t] = T::from_f(acc[e]);
+          }
         }
       }
       dxt += D;
     };
+    // The first W-1 steps, the inner steps, then the right halo.
+    const int nhead = nsum < W - 1 ? nsum : W - 1;
     int i0 = 0;
-    // kRotate: W-1 steps per iteration: the x and g windows come back to
-    // the same registers, so shifting them costs no moves.
+#pragma unroll 1
+    for (; i0 < nhead; ++i0) body(i0, false);
+    // kRotate: W-1 inner steps per iteration: the x and g windows come back
+    // to the same registers, so shifting them costs no moves.
     constexpr int kU = W - 1;
     if constexpr (detail::BwdClTraits<sizeof(S), W>::kRotate && kU > 1) {
 #pragma unroll 1
-      for (; i0 + kU <= nstep; i0 += kU) {
+      for (; i0 + kU <= nsum; i0 += kU) {
 #pragma unroll
-        for (int q = 0; q < kU; ++q) body(i0 + q);
+        for (int q = 0; q < kU; ++q) body(i0 + q, true);
       }
     }
 #pragma unroll 1
-    for (; i0 < nstep; ++i0) body(i0);
+    for (; i0 < nsum; ++i0) body(i0, true);
+#pragma unroll 1
+    for (; i0 < nstep; ++i0) body(i0, false);
     copy_async_wait<0>();
   }
 

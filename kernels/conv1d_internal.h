@@ -161,7 +161,8 @@ struct BwdClTraits {
   // Past W = 5 the windows and dweight sums of 4 channels need more than
   // 128 registers: one block per SM rather than spills.
   static constexpr int kMinBlocks = W <= 5 ? 2 : 1;
-  static constexpr bool kRotate = false;
+  // W = 5 unrolled by W-1 needs more than its 128 registers.
+  static constexpr bool kRotate = W != 5;
   static constexpr int kVec = 4;
   // Bytes of one block's ring (slots x {x, dout} x threads x vector).
   static constexpr int kRingBytes = (kPrefetch + 1) * 2 * kClCols * kClRows * kVec * kElemBytes;
