@@ -50,14 +50,16 @@ struct FwdCfTraits {
 // team walks one chunk of a row, per_lane steps of kTeam vectors, with the
 // loads of the next kPrefetch steps in flight (asynchronous copies into a
 // shared-memory ring of kPrefetch + 1 slots of 512 B per team, 28 KiB per
-// block at 6); chunks of at most kSteps steps (8: more teams than whole
-// 16-step rows, which measured better); kTeams teams per block; 3 blocks
-// per SM past W = 6 (more than 64 registers).
+// block at 6); chunks of at most kSteps steps (16: each chunk pays a
+// segment lookup, a ring fill and its weights, which on H200 cost more than
+// the extra teams of 8-step chunks gained); kTeams teams per block; 4
+// blocks per SM (64 registers) up to W = 3, 3 (80) up to W = 6, 2 past
+// it: at 64 registers W = 4..6 spilled 8-96 bytes.
 template <int W>
 struct FwdStreamTraits {
-  static constexpr int kSteps = 8;
+  static constexpr int kSteps = 16;
   static constexpr int kPrefetch = 6;
-  static constexpr int kMinBlocks = W <= 6 ? 4 : 3;
+  static constexpr int kMinBlocks = W <= 3 ? 4 : W <= 6 ? 3 : 2;
   static constexpr int kTeams = 8;
   static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
 };
@@ -65,13 +67,14 @@ struct FwdStreamTraits {
 // Forward short rows (fwd_cf_short_kernel): the same walk over the rows of
 // a tile, x only (ring slots of 512 B per team), tiles of at most kSteps
 // steps and kTeam rows, fewer when the launch would make fewer than kTiles
-// tiles. Past W = 3 the halo and the row weights need more than 64
-// registers, past W = 6 more than 80.
+// tiles (16 steps: a tile's start, a quarter of its instructions at 8 on
+// 64 x 1x2048x128, is paid half as often). Past W = 3 the halo and the row
+// weights need more than 64 registers, past W = 6 more than 80.
 template <int W>
 struct FwdShortTraits {
   static constexpr int kMinBlocks = W <= 3 ? 4 : W <= 6 ? 3 : 2;
   static constexpr int kPrefetch = 6;
-  static constexpr int kSteps = 8;
+  static constexpr int kSteps = 16;
   static constexpr int64_t kTiles = 4096;
   static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
 };

@@ -39,13 +39,16 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   static_assert(N > kH, "a lane's tail must hold the whole halo");
   const int64_t L = seg.seqlen;
   const int64_t nrows = seg.batch * p.dim;
-  const int lpr = seg.lanes_per_row;
-  const int rps = kTeam / lpr;  // rows per step
+  const int lpr = seg.lanes_per_row;  // a power of two (the planner's ShortLanes)
+  const int lsh = __ffs(lpr) - 1;     // log2(lpr): shifts, not divisions
+  const int rps = kTeam >> lsh;       // rows per step
   const int64_t row_begin = local * seg.rows_per_tile;
   const int64_t left = nrows - row_begin;
   const int nrt = left < seg.rows_per_tile ? static_cast<int>(left) : seg.rows_per_tile;
-  const int nsteps = (nrt + rps - 1) / rps;
-  const int sub = lane / lpr;  // row of the step
+  constexpr int kTeamShift = 5;
+  static_assert(kTeam == 1 << kTeamShift, "log2 of the team");
+  const int nsteps = (nrt + rps - 1) >> (kTeamShift - lsh);
+  const int sub = lane >> lsh;  // row of the step
   const int pos = (lane & (lpr - 1)) * N;
   const bool first = pos == 0;
   const bool inrow = pos < L;
@@ -55,15 +58,23 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   const S* xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
   S* yp = static_cast<S*>(seg.out(Role::kY)) + lane_off;
 
-  auto issue = [&](int st, int slot) {
-    if (st < nsteps) {
-      const bool ok = inrow && st * rps + sub < nrt;
-      copy16_async(&stage[slot][lane], xp + (ok ? st * step_off : 0), ok ? 16 : 0);
+  // Step ni's vector into slot `slot` (nothing past the tile's steps, an
+  // empty group); one group per call. xi and ri follow ni, so that a call
+  // costs no multiplications.
+  const S* xi = xp;
+  int ni = 0, ri = sub;  // ri: this lane's row of step ni
+  auto issue = [&](int slot) {
+    if (ni < nsteps) {
+      const bool ok = inrow && ri < nrt;
+      copy16_async(&stage[slot][lane], ok ? xi : xp, ok ? 16 : 0);
     }
     copy_async_commit();
+    xi += step_off;
+    ri += rps;
+    ++ni;
   };
 #pragma unroll
-  for (int q = 0; q < kP; ++q) issue(q, q);
+  for (int q = 0; q < kP; ++q) issue(q);
   int rd = 0, wr = kP;
 
   float wl[W], bl = 0.0f, il[kH];
@@ -100,7 +111,7 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   for (int st = 0; st < nsteps; ++st) {
     copy_async_wait<kP - 1>();  // step st's group has landed
     const uint4 xb = stage[rd][lane];
-    issue(st + kP, wr);
+    issue(wr);
     rd = rd + 1 == kSlots ? 0 : rd + 1;
     wr = wr + 1 == kSlots ? 0 : wr + 1;
     const int rs = st * rps + sub;  // row of the tile, and the lane holding its weights
