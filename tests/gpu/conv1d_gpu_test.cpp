@@ -237,15 +237,15 @@ TEST(Conv1dGpu, ForwardLongRowSteps) {
 
 // 16-bit long rows. Backward: the B rows of a channel walked by one team
 // (walked: 4 x 8 steps; 3 x 9 steps whose last has one vector inside the
-// row; one row of 16 steps) and rows too many for a walk (5 x 8 steps, a
-// chunk per row). Forward: the same shapes.
+// row; one row of 16 steps) and rows too many for a walk (17 x 8 steps,
+// past the walk's 128; a chunk per row). Forward: the same shapes.
 TEST(Conv1dGpu, StreamChannelWalk) {
   REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   struct Shape {
     int64_t B, L;
   };
-  const Shape shapes[] = {{4, 2048}, {3, 2056}, {5, 2048}, {1, 4096}};
+  const Shape shapes[] = {{4, 2048}, {3, 2056}, {17, 2048}, {1, 4096}};
   uint32_t n = 0;
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (const Pair& pr : {kPairs[2], kPairs[1], kPairs[4]}) {
