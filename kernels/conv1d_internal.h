@@ -137,17 +137,21 @@ inline constexpr int kClCols = 32;
 inline constexpr int kClRows = 8;
 
 // Forward, channel-last. fp32: 8 steps, all of a thread's loads issued at
-// once (116 registers, 2 blocks/SM). 16-bit vector path: 16 steps walked
+// once (116 registers, 2 blocks/SM). 16-bit vector path: 32 steps walked
 // one at a time with x of the next kPrefetch steps in flight in a
 // shared-memory ring (fwd_cl_ring; kPrefetch + 1 slots of 2 KiB per block),
-// 3 blocks/SM. kVec 4 or 8: 8- or 16-byte vectors. Wider filters hold
+// 3 blocks/SM (32 steps: a thread's start, divisions and window loads, is
+// paid half as often as at 16; on H200 that outweighed the fewer blocks). kVec 4 or 8: 8- or 16-byte vectors. Wider filters hold
 // longer windows: one block fewer per SM past W = 6.
 template <int kElemBytes, int W = 4>
 struct FwdClTraits {
-  static constexpr int kSteps = kElemBytes == 4 ? 8 : 16;
+  static constexpr int kSteps = kElemBytes == 4 ? 8 : 32;
   static constexpr int kVec = 4;
   static constexpr int kMinBlocks = (kElemBytes == 4 ? 2 : 3) - (W <= 6 ? 0 : 1);
   static constexpr int kPrefetch = 8;  // 16-bit only
+  // The ring walk unrolled by W-1 steps (no window moves); at W = 6 that
+  // needs more than its 80 registers.
+  static constexpr bool kRotate = W != 6;
   static_assert(kVec == 4 || kVec == 8, "8- or 16-byte vectors");
 };
 

@@ -176,9 +176,8 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
   // Only the chunk holding t = L-1 writes final states.
   const bool fin_here = p.ret_final && L - t0 <= kSteps;
   int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
-#pragma unroll 1
-  for (int i = 0; i < nsteps; ++i) {
-    copy_async_wait<kP - 1>();  // step i's group has landed
+  auto step = [&]() {
+    copy_async_wait<kP - 1>();  // this step's group has landed
     const V xr = ring[rd * kThreads + th];
     issue(wr);
     rd = rd + 1 == kSlots ? 0 : rd + 1;
@@ -203,7 +202,20 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
     }
     store_f<T, N>(yt, out);
     yt += D;
+  };
+  // W-1 steps per iteration: the x̃ window comes back to the same
+  // registers, so shifting it costs no moves.
+  constexpr int kU = W - 1;
+  int i = 0;
+  if constexpr (detail::FwdClTraits<sizeof(S), W>::kRotate && kU > 1) {
+#pragma unroll 1
+    for (; i + kU <= nsteps; i += kU) {
+#pragma unroll
+      for (int q = 0; q < kU; ++q) step();
+    }
   }
+#pragma unroll 1
+  for (; i < nsteps; ++i) step();
   copy_async_wait<0>();
   if (fin_here) {
     // xw holds x̃ at L-(W-1) .. L-1.
