@@ -131,9 +131,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     }
     const int64_t t0 = tpos(st);
     S* dst = dxp + static_cast<int64_t>(st) * kStep;
-    if (!kShift && !maybe_last) {
-      store_words(dst, pack_words<T>(dxv));  // inside the row, not its end
-    } else if (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0)) {
+    // Whole vectors: inside the row and clear of dfinal_states (always so
+    // on rows of whole vectors but for their last step).
+    if ((!kShift && !maybe_last) || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
       store_words(dst, pack_words<T>(dxv));
     } else {
       const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
