@@ -141,8 +141,9 @@ inline constexpr int kClRows = 8;
 // one at a time with x of the next kPrefetch steps in flight in a
 // shared-memory ring (fwd_cl_ring; kPrefetch + 1 slots of 2 KiB per block),
 // 3 blocks/SM (32 steps: a thread's start, divisions and window loads, is
-// paid half as often as at 16; on H200 that outweighed the fewer blocks). kVec 4 or 8: 8- or 16-byte vectors. Wider filters hold
-// longer windows: one block fewer per SM past W = 6.
+// paid half as often as at 16; on H200 that outweighed the fewer blocks).
+// kVec 4 or 8: 8- or 16-byte vectors. Wider filters hold longer windows:
+// one block fewer per SM past W = 6.
 template <int kElemBytes, int W = 4>
 struct FwdClTraits {
   static constexpr int kSteps = kElemBytes == 4 ? 8 : 32;
