@@ -362,7 +362,7 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
         float a = w[e][0] * gv;
 #pragma unroll
         for (int k = 1; k < W; ++k) a += w[e][k] * gw[W - 1 - k][e];
-        if (!inner && p.has_dfinal && !in && t - L < W - 1) {
+        if (p.has_dfinal && !in && t - L < W - 1) {  // !in: not an inner step
           a += T::to_f(dfin[(b * D + d0 + e) * (W - 1) + (t - L)]);
         }
         acc[e] = a;

@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,14 +54,17 @@ std::string Describe(const Conv1dProblem& p, const std::vector<SegmentData>& seg
 std::string RunOneSegment(const Conv1dProblem& p, int64_t batch, int64_t seqlen,
                           std::mt19937_64& rng);
 
+// Indices 0, every, 2 * every, ... below n.
+std::vector<size_t> EveryNth(size_t n, size_t every);
+
 // Runs `segs` (inputs made) in one fused launch and checks every output
-// against the reference; then runs segments 0, every, 2 * every, ... each
-// alone, checks it against the reference and expects each of `outputs` to
+// against the reference; then runs each segment listed in `alone` in a
+// launch of its own, checks it against the reference, and expects each of
+// its outputs (y, final_states, dx, dweight, dbias, dinitial_states) to
 // hold the same bytes as in the fused launch. A launch or reference failure
 // is fatal (call in ASSERT_NO_FATAL_FAILURE); a byte mismatch is not.
 void ExpectFusedEqualSeparate(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
-                              std::initializer_list<HostTensor SegmentData::*> outputs,
-                              size_t every = 1);
+                              const std::vector<size_t>& alone);
 
 }  // namespace conv1d::testing
 
