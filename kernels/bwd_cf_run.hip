@@ -79,6 +79,9 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
 
   // Lane l: weights, bias and states of the current group's row l.
   float wl[W], bl = 0.0f, il[kH], fl[kH];
+  // The channel of this lane's row of the step, carried from step to step
+  // (the rows advance by rps; a division per step cost 24 instructions).
+  int64_t dstep = mod_fast(row_begin + sub, p.dim);
 
 #pragma unroll 1
   for (int st = 0; st < nsteps; ++st) {
@@ -201,7 +204,9 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
     }
     // The row's W + 1 sums over its lpr lanes (row_sums_scatter), stored
     // by the lanes that end with them.
-    const int64_t d = mod_fast(r, p.dim);
+    const int64_t d = dstep;
+    dstep += rps;
+    while (dstep >= p.dim) dstep -= p.dim;  // once at most when D >= rps
     const bool rowv = rr < nrt;
     const int64_t b = ws_off < 0 ? 0 : div_fast(r, p.dim);
     row_sums_scatter<W>(dws, lane, lpr, [&](int k, float v) {

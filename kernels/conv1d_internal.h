@@ -65,15 +65,17 @@ struct FwdStreamTraits {
 };
 
 // Forward short rows (fwd_cf_short_kernel): the same walk over the rows of
-// a tile, x only (ring slots of 512 B per team), tiles of at most kSteps
+// a tile, x only (ring slots of 512 B per team, 8 steps ahead: 6 gave a
+// point less on 64 x 1x2048x128 bf16 on H200), tiles of at most kSteps
 // steps and kTeam rows, fewer when the launch would make fewer than kTiles
 // tiles (16 steps: a tile's start, a quarter of its instructions at 8 on
-// 64 x 1x2048x128, is paid half as often). Past W = 3 the halo and the row
-// weights need more than 64 registers, past W = 6 more than 80.
+// 64 x 1x2048x128, is paid half as often; 32 lost 6 points in fp32). Past
+// W = 3 the halo and the row weights need more than 64 registers, past
+// W = 6 more than 80.
 template <int W>
 struct FwdShortTraits {
   static constexpr int kMinBlocks = W <= 3 ? 4 : W <= 6 ? 3 : 2;
-  static constexpr int kPrefetch = 6;
+  static constexpr int kPrefetch = 8;
   static constexpr int kSteps = 16;
   static constexpr int64_t kTiles = 4096;
   static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
