@@ -104,6 +104,12 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
     }
   }
 
+  // The channel of this lane's row of the step, carried from step to step
+  // when the channels fit 31 bits (the rows advance by rps; a division per
+  // step cost 24 instructions, a 64-bit carry a spill at W = 4).
+  const bool carry = p.dim <= INT32_MAX;
+  int32_t dstep = carry ? static_cast<int32_t>(mod_fast(row_begin + sub, p.dim)) : 0;
+
 #pragma unroll 1
   for (int st = 0; st < nsteps; ++st) {
     copy_async_wait<kP - 1>();  // step st's group has landed
@@ -201,7 +207,11 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
     }
     // The row's W + 1 sums over its lpr lanes (row_sums_scatter), stored
     // by the lanes that end with them.
-    const int64_t d = mod_fast(r, p.dim);
+    const int64_t d = carry ? dstep : mod_fast(r, p.dim);
+    if (carry) {
+      dstep += rps;
+      while (dstep >= p.dim) dstep -= static_cast<int32_t>(p.dim);  // once at most when D >= rps
+    }
     const bool rowv = rs < nrt;
     const int64_t b = ws_off < 0 ? 0 : div_fast(r, p.dim);
     row_sums_scatter<W>(dws, lane, lpr, [&](int k, float v) {
