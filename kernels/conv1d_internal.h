@@ -78,7 +78,12 @@ struct FwdShortTraits {
   static constexpr int kPrefetch = 8;
   static constexpr int kSteps = 16;
   static constexpr int64_t kTiles = 4096;
-  static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
+  // A block's rings (kPrefetch + 1 slots of 512 B per team) and state
+  // staging (4 bytes per state element) in 48 KiB of static shared memory:
+  // 9 is the deepest ring at W = 8.
+  static_assert(kPrefetch >= 1 &&
+                    kTeamsPerBlock * ((kPrefetch + 1) * kTeam * 16 + kTeam * (W - 1) * 4) <= 48 * 1024,
+                "the short-row forward's rings and state staging fit static shared memory");
 };
 
 // Backward, channel-first long rows and the scalar path (bwd_cf_kernel):
