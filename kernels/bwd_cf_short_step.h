@@ -1,0 +1,289 @@
+// The walk shared by the two channel-first short-row backward kernels on
+// the vector path (bwd_cf_short.hip: a team takes one tile, fp32;
+// bwd_cf_run.hip: a team walks runs of tiles, fp16/bf16): a team walks nrt
+// consecutive rows of one segment from row_begin, kTeam / lpr rows at a
+// time (a step: lane l holds elements (l % lpr) * N .. + N - 1 of row
+// l / lpr of the step), as bwd_cf_stream_team walks a long row. x and dout
+// of the next kP steps are in flight while a step computes, copied
+// asynchronously into the team's ring `stage` (kP + 1 slots). Lane l holds
+// the weights, bias and states of row l of the current group of kTeam rows
+// (load_short_row), fetched per step by shuffle. Per step
+// (bwd_cf_short_step): left x̃ halo from the previous lane (the initial
+// state for a row's first lane), g once per element, right g halo from the
+// next lane (zero past L), dx, and each row's dweight/dbias summed over its
+// lpr lanes (row_sums_scatter, fixed order), stored by the lanes that end
+// with them: the channel's value itself when B == 1 (ws_partial_offset <
+// 0), else its partial for reduce_dw_kernel. Lanes past L or past the
+// walk's rows read zeros (g = 0) and store nothing. Results do not depend
+// on how rows are grouped in tiles, runs or steps.
+//
+// Used by kernels/bwd_cf_short.hip and kernels/bwd_cf_run.hip only. Device
+// functions and per-lane state; nothing shared between lanes but the
+// team's ring.
+#ifndef CONV1D_KERNELS_BWD_CF_SHORT_STEP_H_
+#define CONV1D_KERNELS_BWD_CF_SHORT_STEP_H_
+
+#include <type_traits>
+
+#include "kernels/bwd_common.h"
+
+namespace conv1d::kernels::dev {
+
+// The channel of a lane's row of the step, carried from step to step (the
+// rows advance by rps; a division per step cost 24 instructions). I =
+// int64_t always carries; I = int32_t (for kernels whose registers are
+// tight: a 64-bit carry spilled at the fp32 kernel's 80) carries when the
+// channels fit 31 bits, else divides.
+template <class I>
+struct RowChannel {
+  static constexpr bool kAlways = sizeof(I) >= sizeof(int64_t);
+  bool carry;
+  I d;
+  __device__ __forceinline__ RowChannel(int64_t row, int64_t dim)
+      : carry(kAlways || dim <= INT32_MAX), d(carry ? static_cast<I>(mod_fast(row, dim)) : 0) {}
+  // The channel of `row` (this step's row), then on to the next step's.
+  __device__ __forceinline__ int64_t next(int64_t row, int64_t dim, int rps) {
+    if (!kAlways && !carry) return mod_fast(row, dim);
+    const I here = d;
+    d += rps;
+    while (d >= dim) d -= static_cast<I>(dim);  // once at most when D >= rps
+    return here;
+  }
+};
+
+// Weights, bias and states of row r (zeros when !valid): lane l loads those
+// of its group's row l.
+template <class T, int W>
+__device__ __forceinline__ void load_short_row(const KParams& p, const Conv1dSegment& seg, int64_t r,
+                                               bool valid, float (&wl)[W], float& bl,
+                                               float (&il)[W - 1], float (&fl)[W - 1]) {
+  using S = typename T::S;
+  constexpr int kH = W - 1;
+#pragma unroll
+  for (int k = 0; k < W; ++k) wl[k] = 0.0f;
+  bl = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kH; ++i) il[i] = fl[i] = 0.0f;
+  if (!valid) return;
+  const int64_t d = mod_fast(r, p.dim);
+#pragma unroll
+  for (int k = 0; k < W; ++k) wl[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
+  if (p.has_bias) bl = load_any(seg.in(Role::kBias), d, p.wtype);
+  if (p.has_init) {
+    const S* init = static_cast<const S*>(seg.in(Role::kInitialStates)) + r * kH;
+#pragma unroll
+    for (int i = 0; i < kH; ++i) il[i] = T::to_f(init[i]);
+  }
+  if (p.has_dfinal) {
+    const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + r * kH;
+#pragma unroll
+    for (int i = 0; i < kH; ++i) fl[i] = T::to_f(dfin[i]);
+  }
+}
+
+// One lane's part of a walk: where its vectors are, the ring, and the
+// outputs. Built per walk; the ring's slots are the team's.
+template <class T>
+struct ShortWalk {
+  using S = typename T::S;
+  static constexpr int kP = detail::kBwdShortPrefetch;
+  static constexpr int kSlots = kP + 1;
+
+  const S* xp;  // this lane's x, dout and dx at step 0
+  const S* dp;
+  S* dxp;
+  // Read once: the steps' stores could alias the segment table as far as
+  // the compiler knows, which would reload these after every store.
+  void* dweight;
+  void* dbias;
+  S* dinit0;
+  int64_t ws_off;
+  int64_t seg_batch;
+  int64_t L;
+  int64_t step_off;  // elements from one step's vector to the next
+  uint4 (*stage)[2][kTeam];
+  int nrt, nsteps, lane, lpr, rps, sub, pos, src_prev, src_next;
+  bool first, inrow;
+  int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
+
+  __device__ __forceinline__ ShortWalk(const Conv1dSegment& seg, int64_t row_begin, int nrt_, int lane_,
+                                       uint4 (*stage_)[2][kTeam])
+      : L(seg.seqlen), stage(stage_), nrt(nrt_), lane(lane_) {
+    constexpr int N = kVecElts<T>;
+    lpr = seg.lanes_per_row;
+    rps = kTeam / lpr;
+    nsteps = (nrt + rps - 1) / rps;
+    sub = lane / lpr;
+    pos = (lane & (lpr - 1)) * N;
+    first = pos == 0;
+    inrow = pos < L;
+    src_prev = (lane + kTeam - 1) & (kTeam - 1);
+    src_next = (lane + 1) & (kTeam - 1);
+    const int64_t lane_off = (row_begin + sub) * L + pos;
+    step_off = static_cast<int64_t>(rps) * L;
+    xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
+    dp = static_cast<const S*>(seg.in(Role::kDout)) + lane_off;
+    dxp = static_cast<S*>(seg.out(Role::kDx)) + lane_off;
+    dweight = seg.out(Role::kDweight);
+    dbias = seg.out(Role::kDbias);
+    dinit0 = static_cast<S*>(seg.out(Role::kDinitialStates));
+    ws_off = seg.ws_partial_offset;
+    seg_batch = seg.batch;
+  }
+
+  // Step st's vectors into slot `slot` (nothing past the walk's steps, an
+  // empty group). One group per call.
+  __device__ __forceinline__ void issue(int st, int slot) {
+    if (st < nsteps) {
+      const bool ok = inrow && st * rps + sub < nrt;
+      const int64_t off = ok ? st * step_off : 0;
+      copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
+      copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
+    }
+    copy_async_commit();
+  }
+  __device__ __forceinline__ void start() {
+#pragma unroll
+    for (int q = 0; q < kP; ++q) issue(q, q);
+  }
+  // Step st's x and dout; the next step's copies issued.
+  __device__ __forceinline__ void take(int st, uint4& xb, uint4& db) {
+    copy_async_wait<kP - 1>();  // step st's group has landed
+    xb = stage[rd][0][lane];
+    db = stage[rd][1][lane];
+    issue(st + kP, wr);
+    rd = rd + 1 == kSlots ? 0 : rd + 1;
+    wr = wr + 1 == kSlots ? 0 : wr + 1;
+  }
+  // The ring free for the team's next walk.
+  __device__ __forceinline__ void finish() { copy_async_wait<0>(); }
+};
+
+// Step st of a walk: row rr = st * rps + sub of the walk, rs of its group
+// of kTeam rows (the lane holding its parameters), r of the segment, its
+// channel from ch (which moves on to the next step's). x and dout in xb
+// and db; the group's row parameters in wl .. fl (lane l: row l of the
+// group). silu: bool, or a std::integral_constant to drop the other branch
+// at compile time.
+template <class T, int W, class I, class Silu>
+__device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortWalk<T>& wk, int st,
+                                                  uint4 xb, uint4 db, const float (&wl)[W], float bl,
+                                                  const float (&il)[W - 1], const float (&fl)[W - 1],
+                                                  int rr, int rs, int64_t r, RowChannel<I>& ch,
+                                                  Silu silu) {
+  using S = typename T::S;
+  constexpr int N = kVecElts<T>;
+  constexpr int kH = W - 1;
+  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  const int64_t L = wk.L;
+  const int pos = wk.pos;
+  const bool first = wk.first;
+  const bool rowv = rr < wk.nrt;
+  const bool ok = wk.inrow && rowv;
+  float w[W], bias;
+#pragma unroll
+  for (int k = 0; k < W; ++k) w[k] = gpu_shfl(wl[k], rs, kTeam);
+  bias = gpu_shfl(bl, rs, kTeam);
+  float xf[kH + N];  // x̃ at pos-(W-1) .. pos+N-1
+  float dv[N];
+  {
+    S xs[N], ds[N];
+    __builtin_memcpy(xs, &xb, 16);
+    __builtin_memcpy(ds, &db, 16);
+    float xv[N];
+    unpack_f<T, N>(xs, xv);
+    unpack_f<T, N>(ds, dv);
+#pragma unroll
+    for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
+  }
+#pragma unroll
+  for (int i = 0; i < kH; ++i) {
+    const float got = gpu_shfl(xf[N + i], wk.src_prev, kTeam);
+    float own = 0.0f;
+    if (p.has_init) own = gpu_shfl(il[i], rs, kTeam);
+    xf[i] = first ? own : got;
+  }
+  float g[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if (silu) {
+      float z = bias;
+#pragma unroll
+      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+      g[e] = silu_backward_f(dv[e], z);
+    } else {
+      g[e] = dv[e];
+    }
+  }
+  float gn[kH];  // g at pos+N .. pos+N+W-2, zero past L
+#pragma unroll
+  for (int i = 0; i < kH; ++i) {
+    const float got = gpu_shfl(g[i], wk.src_next, kTeam);
+    gn[i] = pos + N + i < L ? got : 0.0f;
+  }
+  float fv[kH];
+#pragma unroll
+  for (int i = 0; i < kH; ++i) fv[i] = 0.0f;
+  if (p.has_dfinal) {
+#pragma unroll
+    for (int i = 0; i < kH; ++i) fv[i] = gpu_shfl(fl[i], rs, kTeam);
+  }
+  float dws[W + 1];  // [W] is dbias
+#pragma unroll
+  for (int k = 0; k <= W; ++k) dws[k] = 0.0f;
+  float dxv[N];
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const int idx = e + kH - k;
+      acc += w[k] * (idx < N ? g[idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
+    }
+    if (p.has_dfinal) {
+      // dfinal_states[i] adds to dx at L - (W-1) + i (L >= N > W-1).
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        if (pos + e == L - kH + i) acc += fv[i];
+      }
+    }
+    dxv[e] = acc;
+    dws[W] += g[e];
+#pragma unroll
+    for (int k = 0; k < W; ++k) dws[k] += g[e] * xf[e + k];
+  }
+  if (ok) store_f<T, N>(wk.dxp + st * wk.step_off, dxv);
+  if (p.ret_dinit && first && ok) {
+    // x̃ positions 0 .. W-2 before x; g at t < W-1 < N is this lane's.
+    S* dinit = wk.dinit0 + r * kH;
+#pragma unroll
+    for (int i = 0; i < kH; ++i) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k <= i; ++k) acc += w[k] * g[i - k];
+      dinit[i] = T::from_f(acc);
+    }
+  }
+  // The row's W + 1 sums over its lpr lanes, stored by the lanes that end
+  // with them.
+  const int64_t d = ch.next(r, p.dim, wk.rps);
+  const int64_t ws_off = wk.ws_off;
+  const int64_t b = ws_off < 0 ? 0 : div_fast(r, p.dim);
+  void* const dweight = wk.dweight;
+  void* const dbias = wk.dbias;
+  const int64_t seg_batch = wk.seg_batch;
+  row_sums_scatter<W>(dws, wk.lane, wk.lpr, [&](int k, float v) {
+    if (!rowv) return;
+    if (ws_off < 0) {
+      // B = 1 (planner): the channel's whole sum.
+      if (k < W) store_any(dweight, d * W + k, p.gwtype, v);
+      else if (p.has_bias) store_any(dbias, d, p.gwtype, v);
+    } else {
+      p.partials[ws_off + (d * seg_batch + b) * (W + 1) + k] = v;
+    }
+  });
+}
+
+}  // namespace conv1d::kernels::dev
+
+#endif  // CONV1D_KERNELS_BWD_CF_SHORT_STEP_H_
