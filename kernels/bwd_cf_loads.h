@@ -8,8 +8,9 @@
 
 namespace conv1d::kernels::dev {
 
-// Slots as in the forward team (fwd_cf_team): per_lane consecutive vectors
-// of one row chunk, or one vector of each of rows_per_tile short rows. Each
+// Slots: per_lane consecutive vectors of one row chunk (slot j of lane l
+// at chunk vector j * kTeam + l), or one vector of each of rows_per_tile
+// short rows. Each
 // lane loads its x vector with W-1 halo elements on both sides and its dout
 // vector with W-1 to the right (halos hit L1), so it can compute g on
 // pos .. pos+N+W-2 and dx on pos .. pos+N-1 without talking to other lanes.

@@ -23,7 +23,7 @@ using detail::WidthSwitch;
 // Shifted rows (seg.vec == kVecShifted, single-row tiles): L is not a whole
 // number of vectors, so rows start between 16-byte boundaries. Slots then
 // sit on the 16-byte grid that starts o = (row start mod 16 bytes) elements
-// before the row, as in the forward (fwd_cf_team): in the vectors that
+// before the row, as in the forward (fwd_cf_stream_team): in the vectors that
 // straddle the row's ends, x before the row is replaced by x̃ (initial
 // state or zero) and past it by zero, dout outside the row by zero (so g
 // is zero there and adds nothing to dx or dweight), and dx is stored

@@ -111,9 +111,10 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
     // group of a row sums its whole dweight and stores it (no partials).
     c.direct = bwd && vec && B == 1;
   } else {
-    if (esize == 2 && vec) {
-      // fwd/bwd_cf_stream_kernel: chunks of at most k*StreamSteps steps,
-      // the row's steps spread evenly over them; or, backward, when the B
+    if (vec && (esize == 2 || !bwd)) {
+      // fwd_cf_stream_kernel (every type), bwd_cf_stream_kernel (16-bit):
+      // chunks of at most k*StreamSteps steps, the row's steps spread
+      // evenly over them; or, backward, when the B
       // rows of a channel are single chunks and short enough together, one
       // team per channel walking them (walk; marked by ws_partial_offset =
       // -1, which no other long-row segment has).
@@ -223,8 +224,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t D = p.dim;
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
-  // Tile ranges by kind: 0 long, 1 short-row vector, 2 16-bit long-row
-  // vector, 3 16-bit long rows walked a channel per tile (see
+  // Tile ranges by kind: 0 long, 1 short-row vector, 2 long-row vector
+  // (forward; backward in 16-bit types), 3 16-bit long rows walked a channel per tile (see
   // Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
@@ -333,7 +334,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
                      : !vec_cf ? 0
                      : s.rows_per_tile > 1 ? 1
                      : walk ? 3
-                     : esize == 2 ? 2 : 0;
+                     : esize == 2 || !bwd ? 2 : 0;
     const int rank = kRank[kind];
     ordered = ordered && rank >= prev_rank;
     prev_rank = rank;

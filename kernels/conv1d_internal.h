@@ -37,9 +37,10 @@ inline constexpr int kTeamsPerBlock = 8;
 // a struct says otherwise; kMinBlocks is the blocks/SM they ask for (2:
 // up to 128 registers, 3: 80, 4: 64).
 
-// Forward, channel-first long rows (fwd_cf_kernel): vectors per lane.
-// 16-bit long vector rows use FwdStreamTraits instead. Past W = 4 the
-// halos and weights need more than 80 registers.
+// Forward, channel-first scalar rows (fwd_cf_kernel): elements per lane
+// (long rows) or row slots (short rows). Vector rows use FwdStreamTraits
+// or FwdShortTraits instead. Past W = 4 the halos and weights need more
+// than 80 registers.
 template <int W>
 struct FwdCfTraits {
   static constexpr int kMaxPerLane = 4;
@@ -249,8 +250,8 @@ inline constexpr int kMaxFastWidth = 8;
 inline bool FastWidth(int32_t w) { return w >= kMinFastWidth && w <= kMaxFastWidth; }
 // Channel-first vector paths that pass a row's halo (W-1 elements) from
 // lane to lane need it to fit in one 16-byte vector of `ne` elements (the
-// backward, short rows); the forward's long rows take a longer halo from
-// the previous two lanes (fp32 at W 6..8). The planner keeps other
+// backward, short rows); the forward's long rows (fwd_cf_stream_team) take
+// a longer halo from the previous two lanes (fp32 at W 6..8). The planner keeps other
 // segments on the scalar path (see Conv1dPlan).
 constexpr bool HaloInVector(int width, int ne) { return width - 1 < ne; }
 

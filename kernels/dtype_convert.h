@@ -168,6 +168,16 @@ __device__ __forceinline__ void unpack_words(const uint4& u, float (&out)[8]) {
   }
 }
 
+// fp32 vectors of 4 elements as one uint4.
+template <class T>
+__device__ __forceinline__ void unpack_words(const uint4& u, float (&out)[4]) {
+  static_assert(sizeof(typename T::S) == 4, "fp32 only");
+  out[0] = __uint_as_float(u.x);
+  out[1] = __uint_as_float(u.y);
+  out[2] = __uint_as_float(u.z);
+  out[3] = __uint_as_float(u.w);
+}
+
 // One 16-byte store of a uint4 (p 16-byte aligned). nvcc split a plain
 // uint4 store into four 32-bit ones inside the backward stream loop, so
 // CUDA gets the vector store spelled out.
@@ -200,6 +210,13 @@ template <class T>
 __device__ __forceinline__ uint4 pack_words(const float (&in)[8]) {
   return make_uint4(pack_word<T>(in[0], in[1]), pack_word<T>(in[2], in[3]),
                     pack_word<T>(in[4], in[5]), pack_word<T>(in[6], in[7]));
+}
+
+template <class T>
+__device__ __forceinline__ uint4 pack_words(const float (&in)[4]) {
+  static_assert(sizeof(typename T::S) == 4, "fp32 only");
+  return make_uint4(__float_as_uint(in[0]), __float_as_uint(in[1]), __float_as_uint(in[2]),
+                    __float_as_uint(in[3]));
 }
 
 // Runtime-typed scalar access for small tensors (weights, bias, states,

@@ -1,10 +1,10 @@
-// Forward, channel-first long rows and the scalar path (fwd_cf_kernel): a
-// 32-lane team per row chunk of per_lane slots (fp32 vectors pass halos by
-// shuffle where they fit, else each lane loads its own; rows of any length
-// on the shifted vector grid, kVecShifted), and short scalar
-// rows a tile of rows at a time through shared memory
-// (fwd_cf_rows_staged). fp32 launches cover every tile from 0 and skip the
-// short range; 16-bit launches start at the long range.
+// Forward, channel-first rows on the scalar path (fwd_cf_kernel): long
+// rows a 32-lane team per row chunk of per_lane elements per lane
+// (fwd_cf_team), short rows a tile of rows at a time through shared memory
+// (fwd_cf_rows_staged). Vector rows, long or short, have their own
+// kernels (fwd_cf_stream.hip, fwd_cf_short.hip). fp32 launches cover every
+// tile from 0 and skip the others' ranges; 16-bit launches start at the
+// long range.
 #include "kernels/fwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -137,83 +137,50 @@ __device__ __forceinline__ void fwd_cf_rows_staged(const KParams& p, const Conv1
   }
 }
 
-// A team owns one row chunk: `per_lane` consecutive vectors (slots) per
-// lane. Data stay in storage format until used; every load is issued before
-// the first use. The left halo (x̃ at pos-(W-1) .. pos-1) comes from the
-// neighbouring lane by shuffle; only the chunk's first lane loads its own.
-// kShift (seg.vec == kVecShifted): rows of any length on the vector path.
-// Slots then sit on the 16-byte grid that starts o = (row start mod 16
-// bytes) elements before the row; elements before the row are replaced by
-// x̃ (initial state or zero), and the partial vectors at the row's ends
-// are stored element by element.
-template <class T, int N, int W, bool kShift>
+// Long rows on the scalar path (rows the vector path cannot take: x or y
+// not 16-byte aligned, or 16-bit rows whose halo exceeds a vector and
+// whose length is no multiple of it, among others): a team owns one row
+// chunk, `per_lane` elements (slots) per lane, slot j of lane l at chunk
+// offset (j * kTeam + l). Every load is issued before the first use. The
+// left halo (x̃ at pos-(W-1) .. pos-1) comes from the previous lane by
+// shuffle at W <= 2 (lane 31 feeding lane 0 of the next slot; the chunk's
+// first lane loads its own), else each lane loads its own (hits L1).
+template <class T, int W>
 __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int lane) {
   using S = typename T::S;
   constexpr int kMax = detail::kMaxPerLaneFwd;
   constexpr int kH = W - 1;
-  constexpr bool kShuffle = N >= kH;
-  // Halos longer than a vector but within two (fp32 at W = 6..8): from the
-  // previous two lanes by two shuffles; the chunk's first two lanes load
-  // their own in slot 0.
-  constexpr bool kShuffle2 = !kShuffle && N > 1 && kH <= 2 * N;
+  constexpr bool kShuffle = kH <= 1;
   const int64_t L = seg.seqlen;
   const S* x = static_cast<const S*>(seg.in(Role::kX));
   S* y = static_cast<S*>(seg.out(Role::kY));
 
-  // Slot j of this lane: grid offset pos0 + j * kTeam * N, in-row offset
-  // that minus o.
   const int V = seg.per_lane;
   const int64_t nchunks = seg.nchunks;
   const int64_t row0 = div_fast(local, nchunks);
   const int64_t chunk = local - row0 * nchunks;
   const S* xrow = x + row0 * L;
-  const int o = kShift ? row_shift<S>(xrow) : 0;
-  const int64_t Lx = L + o;  // the row's end on the grid
-  const int64_t pos0 = chunk * static_cast<int64_t>(kTeam * V * N) + lane * N;
-  const int64_t jstride = kTeam * N;
+  const int64_t pos0 = chunk * static_cast<int64_t>(kTeam * V) + lane;
   const bool first = lane == 0;
   bool on[kMax];
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) on[j] = j < V && pos0 + j * jstride < Lx;
-  // hist: the halos this lane loads itself (every slot on the scalar path;
-  // slot 0 of the chunk's first lane, or first two lanes, otherwise).
-  constexpr int kOwn = kShuffle || kShuffle2 ? 1 : kMax;
-  const bool own0 = kShuffle2 ? lane < 2 : first;
-  const S* xb = xrow - o + pos0;
-  S xs[kMax][N];
-  float hist[kOwn][kH];
+  for (int j = 0; j < kMax; ++j) on[j] = j < V && pos0 + j * kTeam < L;
+  // hist: the halos this lane loads itself (every slot, or slot 0 of the
+  // chunk's first lane when they come by shuffle).
+  constexpr int kOwn = kShuffle ? 1 : kMax;
+  S xs[kMax];
+  float hist[kOwn][kH > 0 ? kH : 1];
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) {
-    if (on[j]) {
-      load_raw<T, N>(xb + j * jstride, xs[j]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < N; ++e) xs[j][e] = T::from_f(0.0f);
-    }
-  }
+  for (int j = 0; j < kMax; ++j) xs[j] = on[j] ? xrow[pos0 + j * kTeam] : T::from_f(0.0f);
 #pragma unroll
   for (int j = 0; j < kOwn; ++j) {
 #pragma unroll
     for (int i = 0; i < kH; ++i) hist[j][i] = 0.0f;
-    if (on[j] && (!(kShuffle || kShuffle2) || own0)) {
-      if constexpr (kShift) {
-        // Element by element: load_left's vector branch spills here at
-        // W = 4 (80 registers).
-        const int64_t pos = pos0 + j * jstride - o;
+    if (on[j] && (!kShuffle || first)) {
 #pragma unroll
-        for (int i = 0; i < kH; ++i) hist[j][i] = x_tilde_cf<T>(p, seg, xrow, row0, pos - kH + i, W);
-      } else {
-        load_left<T, N, W>(p, seg, xrow, row0, pos0 + j * jstride, hist[j]);
-      }
-    }
-  }
-  if constexpr (kShift) {
-    // The elements of the grid's first vector that lie before the row.
-    if (pos0 == 0) {
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        if (e < o) xs[0][e] = T::from_f(x_tilde_cf<T>(p, seg, xrow, row0, e - o, W));
+      for (int i = 0; i < kH; ++i) {
+        hist[j][i] = x_tilde_cf<T>(p, seg, xrow, row0, pos0 + j * kTeam - kH + i, W);
       }
     }
   }
@@ -225,56 +192,29 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
     if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
   }
   S* yrow = y + row0 * L;
-  S* yb = yrow - o + pos0;
 #pragma unroll
   for (int j = 0; j < kMax; ++j) {
-    float xf[N + kH];  // x̃ at pos-(W-1) .. pos+N-1
-#pragma unroll
-    for (int e = 0; e < N; ++e) xf[kH + e] = T::to_f(xs[j][e]);
+    float xf[kH + 1];  // x̃ at pos-(W-1) .. pos
+    xf[kH] = T::to_f(xs[j]);
     if constexpr (kShuffle) {
       const int src = (lane + kTeam - 1) & (kTeam - 1);
 #pragma unroll
       for (int i = 0; i < kH; ++i) {
-        float give = xf[N + i];  // own tail: x̃ at pos+N-(W-1)+i
+        float give = xf[kH];
         // Lane 31 also feeds lane 0 of the next slot of the same chunk.
-        if (j > 0 && lane == kTeam - 1) give = T::to_f(xs[j - 1][N - kH + i]);
+        if (j > 0 && lane == kTeam - 1) give = T::to_f(xs[j - 1]);
         const float got = gpu_shfl(give, src, kTeam);
         xf[i] = (first && j == 0) ? hist[0][i] : got;
-      }
-    } else if constexpr (kShuffle2) {
-      const int src1 = (lane + kTeam - 1) & (kTeam - 1);
-      const int src2 = (lane + kTeam - 2) & (kTeam - 1);
-#pragma unroll
-      for (int i = 0; i < kH; ++i) {
-        const int d = kH - i;  // elements back from pos
-        const bool one = d <= N;  // in the previous lane's vector, else the one before
-        const int e = one ? N - d : 2 * N - d;
-        // The last one or two lanes also feed the first lanes of the next
-        // slot of the same chunk.
-        const bool wrap = j > 0 && lane >= kTeam - (one ? 1 : 2);
-        const float give = T::to_f(wrap ? xs[j > 0 ? j - 1 : 0][e] : xs[j][e]);
-        const float got = gpu_shfl(give, one ? src1 : src2, kTeam);
-        xf[i] = (j == 0 && lane < (one ? 1 : 2)) ? hist[0][i] : got;
       }
     } else {
 #pragma unroll
       for (int i = 0; i < kH; ++i) xf[i] = hist[j][i];
     }
     if (on[j]) {
-      float out[N];
+      float z = bias;
 #pragma unroll
-      for (int e = 0; e < N; ++e) {
-        float z = bias;
-#pragma unroll
-        for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
-        out[e] = act_fwd(z, p.silu);
-      }
-      const int64_t g = pos0 + j * jstride;
-      if (!kShift || (g >= N && g + N <= Lx)) {
-        store_f<T, N>(yb + j * jstride, out);
-      } else {
-        store_in_row<T, N>(yrow + (g - o), g - o, L, out);
-      }
+      for (int k = 0; k < W; ++k) z += w[k] * xf[k];
+      yrow[pos0 + j * kTeam] = T::from_f(act_fwd(z, p.silu));
     }
   }
   if (p.ret_final && first && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row0);
@@ -287,17 +227,11 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>
   const int team = threadIdx.x / kTeam;
   auto run = [&](int64_t tile) {
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (is_stream_tile<T>(seg) || is_short_tile(seg)) return;
+    if (is_fwd_stream_tile(seg) || is_short_tile(seg)) return;
     const int64_t local = tile - seg.tile_begin;
-    if (seg.vec) {
-      if constexpr (sizeof(typename T::S) != 2) {
-        if (seg.vec == kVecShifted) fwd_cf_team<T, kVecElts<T>, W, true>(p, seg, local, lane);
-        else fwd_cf_team<T, kVecElts<T>, W, false>(p, seg, local, lane);
-      }
-    } else {
-      if (seg.rows_per_tile > 1) fwd_cf_rows_staged<T, W>(p, seg, local, lane, stage[team]);
-      else fwd_cf_team<T, 1, W, false>(p, seg, local, lane);
-    }
+    // Scalar rows only: every vector-path row is a short or stream tile.
+    if (seg.rows_per_tile > 1) fwd_cf_rows_staged<T, W>(p, seg, local, lane, stage[team]);
+    else fwd_cf_team<T, W>(p, seg, local, lane);
   };
   if constexpr (sizeof(typename T::S) == 2) {
     // From p.tile_begin (the stream range split off); each team walks its
@@ -309,8 +243,9 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>
       run(tile);
     }
   } else {
-    // fp32 plans have no stream range: every launch starts at tile 0 (and
-    // skips the short range).
+    // fp32: from tile 0, where the long range starts (its family is first
+    // in the table), skipping other families' tiles (none before
+    // long_tile_end when the table is ordered).
     for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < p.total_tiles; blk += gridDim.x) {
       const int64_t tile = blk * kTeamsPerBlock + team;
       if (tile < p.total_tiles) run(tile);

@@ -1,4 +1,4 @@
-// Forward, channel-first 16-bit long rows on the vector path
+// Forward, channel-first long rows on the vector path, every type
 // (fwd_cf_stream_kernel): a team walks one chunk of a row with x of the next
 // steps in flight in a shared-memory ring; rows of any length on the shifted
 // vector grid (kVecShifted).
@@ -13,16 +13,20 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
-// Long rows of 16-bit elements on the vector path (is_stream_tile): a team
-// owns one chunk of a row, per_lane steps of kTeam vectors of N = 8 elements
-// (lane l holds elements l*N .. l*N+N-1 of a step), and walks the steps in
+// Long rows on the vector path (is_fwd_stream_tile): a team owns one chunk
+// of a row, per_lane steps of kTeam 16-byte vectors of N elements (8 in
+// 16-bit types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a
+// step), and walks the steps in
 // order, as bwd_cf_stream_team does: x of the next kP steps is in flight
 // while a step computes, copied asynchronously by each lane into its own
 // slot of the team's ring `stage` (kP + 1 slots; the slot being filled was
 // read a step earlier), so the in-flight data hold no registers. The left
 // x̃ halo of a lane is the previous lane's tail by shuffle; lane 0 gets
 // lane 31's tail of the previous step (lane 31 carries it; before step 0
-// it holds the chunk's left halo, loaded directly). Only the row's last
+// it holds the chunk's left halo, loaded directly). A halo longer than a
+// vector (fp32 at W = 6..8) comes from the previous two lanes, lanes 0 and
+// 1 getting it from lanes 30 and 31 of the previous step (which keep their
+// vector of it in `prev`; before step 0, the x̃ before the chunk). Only the row's last
 // step can be partial (L % N == 0): its lanes at or past L read zeros and
 // store nothing. kShift (kVecShifted): rows of any length, their steps on
 // the 16-byte grid that starts o elements before the row (o < N); elements
@@ -37,8 +41,8 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
   constexpr int kStep = kTeam * N;
   constexpr int kP = detail::kFwdStreamPrefetch;
   constexpr int kSlots = kP + 1;
-  static_assert(N == 8, "one 16-byte vector per lane and step");
-  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  constexpr bool kTwo = kH > N;  // the halo from two lanes
+  static_assert(kH <= 2 * N, "a halo of at most two lanes' vectors");
   const int64_t L = seg.seqlen;
   const int64_t nchunks = seg.nchunks;
   const int V = seg.per_lane;
@@ -72,10 +76,23 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
 #pragma unroll
   for (int q = 0; q < kP; ++q) issue(q, q);
   int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
-  float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
+  // One lane: lane 31's x̃ left of the next step (at first, of the
+  // chunk). Two lanes: each lane's vector of the previous step (lanes 30
+  // and 31 at first: the x̃ before the chunk, which the halos reach).
+  constexpr int kCarry = kTwo ? N : kH;
+  float carry[kCarry];
 #pragma unroll
-  for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-  if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
+  for (int i = 0; i < kCarry; ++i) carry[i] = 0.0f;
+  if constexpr (kTwo) {
+    if (lane >= kTeam - 2) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        carry[e] = x_tilde_cf<T>(p, seg, xrow, row, lpos - kStep + e - o, W);
+      }
+    }
+  } else {
+    if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
+  }
   float w[W], bias = 0.0f;
   {
     const int64_t d = mod_fast(row, p.dim);
@@ -105,11 +122,25 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
         }
       }
     }
+    if constexpr (kTwo) {
+      const int src2 = (lane + kTeam - 2) & (kTeam - 1);
 #pragma unroll
-    for (int i = 0; i < kH; ++i) {
-      const float give = last ? carry[i] : xf[N + i];
-      xf[i] = gpu_shfl(give, src_prev, kTeam);
-      carry[i] = xf[N + i];
+      for (int i = 0; i < kH; ++i) {
+        const int back = kH - i;       // elements before pos
+        const bool one = back <= N;    // in the previous lane's vector, else the one before
+        const int e = one ? N - back : 2 * N - back;
+        const bool wrap = lane >= kTeam - (one ? 1 : 2);  // feeds lane 0 or 1 of the next step
+        xf[i] = gpu_shfl(wrap ? carry[e] : xf[kH + e], one ? src_prev : src2, kTeam);
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) carry[e] = xf[kH + e];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        const float give = last ? carry[i] : xf[N + i];
+        xf[i] = gpu_shfl(give, src_prev, kTeam);
+        carry[i] = xf[N + i];
+      }
     }
     float out[N];
 #pragma unroll
@@ -136,7 +167,7 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
 // before anything else: see seg_lines_together.
 template <class T>
 __device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
-  return is_stream_tile<T>(seg) & seg_lines_together(seg);
+  return is_fwd_stream_tile(seg) & seg_lines_together(seg);
 }
 
 
@@ -177,6 +208,7 @@ hipError_t LaunchFwdCfStream(const KParams& k, hipStream_t s) {
   return launched ? hipGetLastError() : hipErrorInvalidValue;
 }
 
+template hipError_t LaunchFwdCfStream<F32>(const KParams&, hipStream_t);
 template hipError_t LaunchFwdCfStream<F16>(const KParams&, hipStream_t);
 template hipError_t LaunchFwdCfStream<BF16>(const KParams&, hipStream_t);
 

@@ -9,7 +9,7 @@ using namespace dev;
 
 // Three kernels, each over its tile range (plan ranges may interleave;
 // each kernel skips the tiles of the others): fwd_cf_short_kernel over the
-// short range, fwd_cf_stream_kernel over the stream range (16-bit types),
+// short range, fwd_cf_stream_kernel over the stream range,
 // fwd_cf_kernel over the long range (fp32: from tile 0, which keeps its
 // block loop as it was).
 template <class T>
@@ -30,11 +30,9 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
   if (e != hipSuccess) return e;
   e = range(plan.short_tile_begin, plan.short_tile_begin, plan.short_tile_end, &LaunchFwdCfShort<T>);
   if (e != hipSuccess) return e;
-  if constexpr (k16) {
-    e = range(plan.stream_tile_begin, plan.stream_tile_begin, plan.stream_tile_end,
-              &LaunchFwdCfStream<T>);
-    if (e != hipSuccess) return e;
-  }
+  e = range(plan.stream_tile_begin, plan.stream_tile_begin, plan.stream_tile_end,
+            &LaunchFwdCfStream<T>);
+  if (e != hipSuccess) return e;
   return hipGetLastError();
 }
 
