@@ -21,7 +21,6 @@
 #endif
 
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -44,6 +43,7 @@
 #include "server/logging/access_log.h"
 #include "server/logging/log_setup.h"
 #include "server/util/command_line.h"
+#include "server/util/program_errors.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, conv1d::ServerOptions().listen_address,
@@ -182,11 +182,7 @@ ABSL_FLAG(std::string, access_log, "",
 
 namespace {
 
-int UsageError(const std::string& message) {
-  std::fprintf(stderr, "conv1d_server: %s\n(see conv1d_server --help)\n",
-               message.c_str());
-  return 2;
-}
+constexpr conv1d::ProgramErrors kErrors{"conv1d_server"};
 
 // Caps glibc's malloc arenas at `n` (0: leaves glibc's default) unless the
 // environment sets MALLOC_ARENA_MAX; returns what is in effect, for the
@@ -235,21 +231,21 @@ int main(int argc, char** argv) {
   // after --help.
   std::vector<char*> positional = conv1d::ParseFlags(argc, argv);
   if (positional.size() > 1) {
-    return UsageError(absl::StrCat("unexpected argument '", positional[1], "'"));
+    return kErrors.UsageError(absl::StrCat("unexpected argument '", positional[1], "'"));
   }
 
   const std::string level_name = absl::GetFlag(FLAGS_log_level);
   const std::optional<spdlog::level::level_enum> level = conv1d::ParseLogLevel(level_name);
   if (!level.has_value()) {
-    return UsageError(absl::StrCat("--log_level: unknown level '", level_name,
-                                   "', expected trace, debug, info, warn, error, "
-                                   "critical or off"));
+    return kErrors.UsageError(absl::StrCat("--log_level: unknown level '", level_name,
+                                           "', expected trace, debug, info, warn, error, "
+                                           "critical or off"));
   }
   const std::string format_name = absl::GetFlag(FLAGS_log_format);
   const std::optional<conv1d::LogFormat> format = conv1d::ParseLogFormat(format_name);
   if (!format.has_value()) {
-    return UsageError(absl::StrCat("--log_format: unknown format '", format_name,
-                                   "', expected text or json"));
+    return kErrors.UsageError(absl::StrCat("--log_format: unknown format '", format_name,
+                                           "', expected text or json"));
   }
   conv1d::ConfigureLogging(*format, *level);
   std::shared_ptr<conv1d::AccessLog> access_log;
@@ -258,23 +254,25 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::unique_ptr<conv1d::AccessLog>> created =
         conv1d::AccessLog::Create(access_log_path, *format);
     if (!created.ok()) {
-      return UsageError(absl::StrCat("--access_log: ", created.status().message()));
+      return kErrors.UsageError(absl::StrCat("--access_log: ", created.status().message()));
     }
     access_log = std::move(*created);
   }
 
   const double drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);
   if (!(drain_timeout_s >= 0 && drain_timeout_s <= 86400)) {
-    return UsageError(absl::StrCat("--drain_timeout_s: ", drain_timeout_s,
-                                   " is outside 0..86400"));
+    return kErrors.UsageError(absl::StrCat("--drain_timeout_s: ", drain_timeout_s,
+                                           " is outside 0..86400"));
   }
   const int32_t drain_grace_ms = absl::GetFlag(FLAGS_drain_grace_ms);
   if (drain_grace_ms < 0) {
-    return UsageError(absl::StrCat("--drain_grace_ms: ", drain_grace_ms, " is negative"));
+    return kErrors.UsageError(
+        absl::StrCat("--drain_grace_ms: ", drain_grace_ms, " is negative"));
   }
   const int32_t arena_max = absl::GetFlag(FLAGS_malloc_arena_max);
   if (arena_max < 0 || arena_max > 1024) {
-    return UsageError(absl::StrCat("--malloc_arena_max: ", arena_max, " is outside 0..1024"));
+    return kErrors.UsageError(
+        absl::StrCat("--malloc_arena_max: ", arena_max, " is outside 0..1024"));
   }
   const std::string arenas = ApplyMallocArenaMax(arena_max);
 
@@ -288,8 +286,8 @@ int main(int argc, char** argv) {
     const auto& [name, seconds] = connection_flags[i];
     const int64_t max_s = conv1d::kMaxConnectionAgeMs / 1000;
     if (!(seconds == 0 || (seconds >= 0.001 && seconds <= static_cast<double>(max_s)))) {
-      return UsageError(absl::StrCat("--", name, ": ", seconds,
-                                     " is neither 0 nor within 0.001..", max_s));
+      return kErrors.UsageError(absl::StrCat("--", name, ": ", seconds,
+                                             " is neither 0 nor within 0.001..", max_s));
     }
     connection_age_ms[i] = std::llround(seconds * 1000);
   }
@@ -313,13 +311,13 @@ int main(int argc, char** argv) {
   } else if (host_tensors == "never") {
     options.host_tensors = conv1d::HostTensors::kNever;
   } else {
-    return UsageError(absl::StrCat("--host_tensors: '", host_tensors,
-                                   "' is not auto, always or never"));
+    return kErrors.UsageError(absl::StrCat("--host_tensors: '", host_tensors,
+                                           "' is not auto, always or never"));
   }
   for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_devices), ',', absl::SkipEmpty())) {
     int index = 0;
     if (!absl::SimpleAtoi(d, &index) || index < 0) {
-      return UsageError(absl::StrCat("--devices: '", d, "' is not a device index"));
+      return kErrors.UsageError(absl::StrCat("--devices: '", d, "' is not a device index"));
     }
     options.backend.devices.push_back(index);
   }
@@ -351,7 +349,7 @@ int main(int argc, char** argv) {
   if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
     absl::StatusOr<std::unique_ptr<conv1d::Authenticator>> made =
         conv1d::Authenticator::Create(tokens);
-    if (!made.ok()) return UsageError(absl::StrCat("--", made.status().message()));
+    if (!made.ok()) return kErrors.UsageError(absl::StrCat("--", made.status().message()));
     auth = std::move(*made);
   }
   options.auth = auth;
@@ -363,7 +361,7 @@ int main(int argc, char** argv) {
       conv1d::Server::Create(std::move(options));
   if (!server.ok()) {
     if (absl::IsInvalidArgument(server.status())) {
-      return UsageError(std::string(server.status().message()));
+      return kErrors.UsageError(server.status().message());
     }
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 1;

@@ -39,6 +39,7 @@
 #include "client/verify.h"
 #include "client/workload.h"
 #include "server/util/command_line.h"
+#include "server/util/program_errors.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051", "Server address host:port (comma list: round-robin).");
 ABSL_FLAG(int, listen_of_pid, 0,
@@ -89,18 +90,9 @@ constexpr const char* kCommands[] = {"health",     "info", "describe", "register
                                      "unregister", "list", "forward",  "backward",
                                      "update",     "decode"};
 
-// A failure at run time (the call was made): exit 1.
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "conv1d_client: %s\n", s.ToString().c_str());
-  return 1;
-}
-
-// Bad usage, found before anything was sent: exit 2.
-int UsageError(absl::string_view message) {
-  std::fprintf(stderr, "conv1d_client: %.*s\n(see conv1d_client --help)\n",
-               static_cast<int>(message.size()), message.data());
-  return 2;
-}
+// Fail: a failure at run time (the call was made), exit 1; UsageError: bad
+// usage, found before anything was sent, exit 2.
+constexpr ProgramErrors kErrors{"conv1d_client", /*fail_status=*/1};
 
 absl::StatusOr<WorkloadSpec> SpecFromFlags() {
   WorkloadSpec spec;
@@ -216,12 +208,12 @@ absl::StatusOr<Resp> Timed(Call call) {
 template <typename Req, typename Resp>
 int Finish(const Req& req, const absl::StatusOr<Resp>& resp, const WeightSet& w,
            bool registered) {
-  if (!resp.ok()) return Fail(resp.status());
+  if (!resp.ok()) return kErrors.Fail(resp.status());
   if (!absl::GetFlag(FLAGS_verify)) return 0;
   absl::Status s = VerifyResponse(req, *resp, registered ? &w : nullptr);
   if (!s.ok()) {
     std::printf("  verify           FAILED\n");
-    return Fail(s);
+    return kErrors.Fail(s);
   }
   std::printf("  verify           OK (CPU reference)\n");
   return 0;
@@ -413,13 +405,13 @@ absl::Status CheckCommonFlags() {
 
 int Run(const std::string& command) {
   if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
-    return UsageError(absl::StrCat("unknown command '", command, "'; commands: ",
-                                   absl::StrJoin(kCommands, ", ")));
+    return kErrors.UsageError(absl::StrCat("unknown command '", command, "'; commands: ",
+                                           absl::StrJoin(kCommands, ", ")));
   }
-  if (absl::Status s = CheckCommonFlags(); !s.ok()) return UsageError(s.message());
+  if (absl::Status s = CheckCommonFlags(); !s.ok()) return kErrors.UsageError(s.message());
   const std::string name = absl::GetFlag(FLAGS_weights_name);
   if ((command == "unregister" || command == "register") && name.empty()) {
-    return UsageError(absl::StrCat(command, ": --weights_name is required"));
+    return kErrors.UsageError(absl::StrCat(command, ": --weights_name is required"));
   }
   // Everything the request needs is checked (and files read) before the
   // client exists, so a bad value never reaches the network.
@@ -428,28 +420,30 @@ int Run(const std::string& command) {
   if (command == "forward" || command == "backward" || command == "update" ||
       command == "decode") {
     absl::StatusOr<OpInputs> in = PrepareOp(command);
-    if (!in.ok()) return UsageError(in.status().message());
+    if (!in.ok()) return kErrors.UsageError(in.status().message());
     op_inputs = *std::move(in);
   } else if (command == "register") {
     absl::StatusOr<WorkloadSpec> spec = SpecFromFlags();
-    if (!spec.ok()) return UsageError(spec.status().message());
+    if (!spec.ok()) return kErrors.UsageError(spec.status().message());
     WorkloadSpec one = *spec;  // the weights alone: one token of one sequence
     one.batch = one.seqlen = 1;
     one.registered_weights = false;
     one.op = WorkloadOp::kForward;
     absl::StatusOr<int64_t> b = CheckWorkloadBytes(one, absl::GetFlag(FLAGS_max_message_bytes));
-    if (!b.ok()) return UsageError(absl::StrCat("--", b.status().message()));
+    if (!b.ok()) return kErrors.UsageError(absl::StrCat("--", b.status().message()));
     absl::StatusOr<WeightSet> w = WeightsFromFlags(*spec);
-    if (!w.ok()) return UsageError(w.status().message());
+    if (!w.ok()) return kErrors.UsageError(w.status().message());
     register_weights = *std::move(w);
   }
 
   ClientOptions opts;
   opts.targets = SplitTargets(absl::GetFlag(FLAGS_target));
   if (const int pid = absl::GetFlag(FLAGS_listen_of_pid); pid != 0) {
-    if (pid < 0) return UsageError(absl::StrCat("--listen_of_pid: ", pid, " is not a process id"));
+    if (pid < 0) {
+      return kErrors.UsageError(absl::StrCat("--listen_of_pid: ", pid, " is not a process id"));
+    }
     absl::StatusOr<std::string> target = TargetOfPid(pid);
-    if (!target.ok()) return UsageError(target.status().message());
+    if (!target.ok()) return kErrors.UsageError(target.status().message());
     opts.targets = {*target};
   }
   opts.retry.max_attempts = absl::GetFlag(FLAGS_attempts);
@@ -457,19 +451,21 @@ int Run(const std::string& command) {
   opts.security = SecurityFromFlags();
   opts.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(opts);
-  if (!client.ok()) return UsageError(absl::StrCat("--target: ", client.status().message()));
+  if (!client.ok()) {
+    return kErrors.UsageError(absl::StrCat("--target: ", client.status().message()));
+  }
   Conv1dClient& c = **client;
   if (command == "health") {
     CallOptions o = CallOpts();
     o.max_attempts = 1;
     absl::StatusOr<HealthStatus> h = c.Health(absl::GetFlag(FLAGS_service), o);
-    if (!h.ok()) return Fail(h.status());
+    if (!h.ok()) return kErrors.Fail(h.status());
     std::printf("%s\n", HealthStatusName(*h));
     return *h == HealthStatus::kServing ? 0 : 1;
   }
   if (command == "info") {
     absl::StatusOr<v1::ServerInfoResponse> i = c.ServerInfo(CallOpts());
-    if (!i.ok()) return Fail(i.status());
+    if (!i.ok()) return kErrors.Fail(i.status());
     std::printf("version            %s\nbackend            %s\ndevices            %s\n"
                 "max_width          %d\nmax_request_bytes  %lld\n",
                 i->version().c_str(), i->backend().c_str(),
@@ -479,7 +475,7 @@ int Run(const std::string& command) {
   }
   if (command == "list") {
     absl::StatusOr<v1::ListWeightsResponse> l = c.ListWeights(CallOpts());
-    if (!l.ok()) return Fail(l.status());
+    if (!l.ok()) return kErrors.Fail(l.status());
     for (const auto& i : l->weights()) PrintWeightsInfo(i);
     return 0;
   }
@@ -487,7 +483,7 @@ int Run(const std::string& command) {
     absl::StatusOr<std::string> d =
         DescribeByReflection(c.channel(), absl::GetFlag(FLAGS_service),
                              absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
-    if (!d.ok()) return Fail(d.status());
+    if (!d.ok()) return kErrors.Fail(d.status());
     std::fputs(d->c_str(), stdout);
     return 0;
   }
@@ -495,7 +491,7 @@ int Run(const std::string& command) {
     v1::UnregisterWeightsRequest req;
     req.set_name(name);
     absl::StatusOr<v1::UnregisterWeightsResponse> r = c.UnregisterWeights(req, CallOpts());
-    if (!r.ok()) return Fail(r.status());
+    if (!r.ok()) return kErrors.Fail(r.status());
     std::printf("unregistered %s\n", name.c_str());
     return 0;
   }
@@ -507,7 +503,7 @@ int Run(const std::string& command) {
     w->weight.ToProto(req.mutable_weight());
     if (!w->bias.empty()) w->bias.ToProto(req.mutable_bias());
     absl::StatusOr<v1::RegisterWeightsResponse> r = c.RegisterWeights(req, CallOpts());
-    if (!r.ok()) return Fail(r.status());
+    if (!r.ok()) return kErrors.Fail(r.status());
     PrintWeightsInfo(r->info());
     return 0;
   }
@@ -555,10 +551,11 @@ int main(int argc, char** argv) {
   // table says.
   std::vector<char*> args = conv1d::ParseFlags(argc, argv);
   if (args.size() < 2) {
-    return conv1d::UsageError("no command given");
+    return conv1d::kErrors.UsageError("no command given");
   }
   if (args.size() > 2) {
-    return conv1d::UsageError(absl::StrCat("one command at a time; unexpected '", args[2], "'"));
+    return conv1d::kErrors.UsageError(
+        absl::StrCat("one command at a time; unexpected '", args[2], "'"));
   }
   return conv1d::Run(args[1]);
 }

@@ -24,6 +24,7 @@
 #include "client/npy.h"
 #include "client/security_flags.h"
 #include "server/util/command_line.h"
+#include "server/util/program_errors.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "Server address, or a comma list of replicas used round-robin.");
@@ -169,16 +170,8 @@ ABSL_FLAG(bool, progress, true, "Live progress line (only when stdout is a termi
 namespace conv1d {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "conv1d_load: %s\n", s.ToString().c_str());
-  return 2;
-}
-
-int UsageError(absl::string_view message) {
-  std::fprintf(stderr, "conv1d_load: %.*s\n(see conv1d_load --help)\n",
-               static_cast<int>(message.size()), message.data());
-  return 2;
-}
+// Fail exits 2 as a usage error does: "2 on usage/setup errors" (--help).
+constexpr ProgramErrors kErrors{"conv1d_load", /*fail_status=*/2};
 
 absl::StatusOr<std::vector<double>> ReadSchedule(const std::string& path) {
   std::ifstream f(path);
@@ -325,7 +318,7 @@ absl::Status CheckNumericFlags() {
 }
 
 int Main() {
-  if (absl::Status s = CheckNumericFlags(); !s.ok()) return UsageError(s.message());
+  if (absl::Status s = CheckNumericFlags(); !s.ok()) return kErrors.UsageError(s.message());
   LoadOptions o;
   const bool compare =
       !absl::GetFlag(FLAGS_protocol).empty() || !absl::GetFlag(FLAGS_memory).empty();
@@ -333,21 +326,23 @@ int Main() {
       compare ? absl::StrSplit(absl::GetFlag(FLAGS_preset), ',')
               : std::vector<std::string>{absl::GetFlag(FLAGS_preset)};
   absl::StatusOr<std::vector<WorkloadSpec>> w = Workloads(presets.front());
-  if (!w.ok()) return UsageError(w.status().message());
+  if (!w.ok()) return kErrors.UsageError(w.status().message());
   o.workloads = *std::move(w);
   const std::string conc = absl::GetFlag(FLAGS_concurrency), rate = absl::GetFlag(FLAGS_rate);
   const std::string schedule = absl::GetFlag(FLAGS_schedule);
   if (!conc.empty() + !rate.empty() + !schedule.empty() > 1) {
-    return UsageError("give one of --concurrency, --rate and --schedule");
+    return kErrors.UsageError("give one of --concurrency, --rate and --schedule");
   }
   o.search = absl::GetFlag(FLAGS_search);
   o.search_p99_ms = absl::GetFlag(FLAGS_search_p99_ms);
   o.search_bisections = absl::GetFlag(FLAGS_search_steps);
-  if (o.search && !schedule.empty()) return UsageError("--search varies --concurrency or --rate, not a --schedule");
+  if (o.search && !schedule.empty()) {
+    return kErrors.UsageError("--search varies --concurrency or --rate, not a --schedule");
+  }
   o.closed_loop = rate.empty() && schedule.empty();
   if (!schedule.empty()) {
     absl::StatusOr<std::vector<double>> times = ReadSchedule(schedule);
-    if (!times.ok()) return UsageError(times.status().message());
+    if (!times.ok()) return kErrors.UsageError(times.status().message());
     o.schedule_s = *std::move(times);
     o.levels = {(o.schedule_s.size() - 1) / (o.schedule_s.back() - o.schedule_s.front())};
   } else {
@@ -355,17 +350,17 @@ int Main() {
     absl::StatusOr<std::vector<double>> levels =
         ParseLevels(!text.empty() ? text : o.search ? "1:1024:2" : "1");
     if (!levels.ok()) {
-      return UsageError(absl::StrCat(o.closed_loop ? "--concurrency: " : "--rate: ",
-                                     levels.status().message()));
+      return kErrors.UsageError(absl::StrCat(o.closed_loop ? "--concurrency: " : "--rate: ",
+                                             levels.status().message()));
     }
     o.levels = *levels;
     if (o.search) std::sort(o.levels.begin(), o.levels.end());
   }
   o.max_behind_ms = absl::GetFlag(FLAGS_max_behind_ms);
-  if (absl::Status s = ReadInputs(&o); !s.ok()) return UsageError(s.message());
+  if (absl::Status s = ReadInputs(&o); !s.ok()) return kErrors.UsageError(s.message());
   for (const WorkloadSpec& spec : o.workloads) {
     if (absl::StatusOr<int64_t> b = CheckWorkloadBytes(spec, (int64_t{1} << 31) - 1); !b.ok()) {
-      return UsageError(absl::StrCat("--", b.status().message()));
+      return kErrors.UsageError(absl::StrCat("--", b.status().message()));
     }
   }
   o.gpu_metrics_url = absl::GetFlag(FLAGS_gpu_metrics_url);
@@ -375,7 +370,7 @@ int Main() {
   o.gpu_memory_unit_bytes = absl::GetFlag(FLAGS_gpu_memory_unit_bytes);
   const std::string arrival = absl::GetFlag(FLAGS_arrival);
   if (arrival != "constant" && arrival != "poisson") {
-    return UsageError("--arrival is constant or poisson");
+    return kErrors.UsageError("--arrival is constant or poisson");
   }
   o.poisson = arrival == "poisson";
   o.late_us = absl::GetFlag(FLAGS_late_us);
@@ -412,12 +407,14 @@ int Main() {
   co.default_timeout = o.timeout;
   co.security = SecurityFromFlags();
   absl::StatusOr<std::unique_ptr<Conv1dClient>> client = Conv1dClient::Create(co);
-  if (!client.ok()) return Fail(client.status());
+  if (!client.ok()) return kErrors.Fail(client.status());
   std::printf("targets: %s, %d channel(s)\n", absl::GetFlag(FLAGS_target).c_str(),
               (*client)->num_channels());
 
   if (!absl::GetFlag(FLAGS_mode).empty()) {
-    if (!o.closed_loop) return Fail(absl::InvalidArgumentError("--mode takes --concurrency, not --rate"));
+    if (!o.closed_loop) {
+      return kErrors.Fail(absl::InvalidArgumentError("--mode takes --concurrency, not --rate"));
+    }
     SessionLoadOptions so;
     so.spec = o.workloads.front();
     so.modes = absl::StrSplit(absl::GetFlag(FLAGS_mode), ',', absl::SkipEmpty());
@@ -433,10 +430,10 @@ int Main() {
     so.seed = o.seed;
     so.timeout = o.timeout;
     absl::StatusOr<std::vector<SessionLoadRow>> rows = RunSessionLoad(so, client->get());
-    if (!rows.ok()) return Fail(rows.status());
+    if (!rows.ok()) return kErrors.Fail(rows.status());
     if (!absl::GetFlag(FLAGS_csv).empty()) {
       if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_csv), SessionLoadCsv(*rows)); !s.ok()) {
-        return Fail(s);
+        return kErrors.Fail(s);
       }
     }
     int64_t errors = 0, wrong = 0, checked = 0, steps = 0;
@@ -463,12 +460,12 @@ int Main() {
   }
   if (compare) {
     if (!absl::GetFlag(FLAGS_mode).empty() || o.search) {
-      return UsageError("--protocol/--memory do not combine with --mode or --search");
+      return kErrors.UsageError("--protocol/--memory do not combine with --mode or --search");
     }
     std::vector<LabeledWorkloads> sets;
     for (const std::string& preset : presets) {
       absl::StatusOr<std::vector<WorkloadSpec>> ws = Workloads(preset);
-      if (!ws.ok()) return UsageError(ws.status().message());
+      if (!ws.ok()) return kErrors.UsageError(ws.status().message());
       sets.push_back({preset.empty() ? ws->front().Describe() : preset, *std::move(ws)});
     }
     auto list = [](const std::string& v, const char* dflt) -> std::vector<std::string> {
@@ -479,21 +476,26 @@ int Main() {
         RunProtocolMatrix(o, sets, list(absl::GetFlag(FLAGS_protocol), "v1"),
                           list(absl::GetFlag(FLAGS_memory), "grpc"), client->get());
     if (!runs.ok()) {
-      return absl::IsInvalidArgument(runs.status()) ? UsageError(runs.status().message())
-                                                    : Fail(runs.status());
+      return absl::IsInvalidArgument(runs.status())
+                 ? kErrors.UsageError(runs.status().message())
+                 : kErrors.Fail(runs.status());
     }
     return FinishProtocolRuns(*runs, absl::GetFlag(FLAGS_csv), absl::GetFlag(FLAGS_json),
                               absl::GetFlag(FLAGS_allow_errors));
   }
   absl::StatusOr<std::unique_ptr<LoadRunner>> runner = LoadRunner::Create(o, client->get());
-  if (!runner.ok()) return UsageError(runner.status().message());
+  if (!runner.ok()) return kErrors.UsageError(runner.status().message());
   absl::StatusOr<RunReport> report = (*runner)->Run();
-  if (!report.ok()) return Fail(report.status());
+  if (!report.ok()) return kErrors.Fail(report.status());
   if (!absl::GetFlag(FLAGS_json).empty()) {
-    if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_json), ReportJson(*report)); !s.ok()) return Fail(s);
+    if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_json), ReportJson(*report)); !s.ok()) {
+      return kErrors.Fail(s);
+    }
   }
   if (!absl::GetFlag(FLAGS_csv).empty()) {
-    if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_csv), ReportCsv(*report)); !s.ok()) return Fail(s);
+    if (absl::Status s = WriteFile(absl::GetFlag(FLAGS_csv), ReportCsv(*report)); !s.ok()) {
+      return kErrors.Fail(s);
+    }
   }
   std::printf("total: %lld requests, %lld errors, %lld wrong answers\n",
               static_cast<long long>(report->total_requests),
@@ -533,7 +535,7 @@ int main(int argc, char** argv) {
   // Exit 0 after --help, 2 after a malformed flag.
   std::vector<char*> args = conv1d::ParseFlags(argc, argv);
   if (args.size() > 1) {
-    return conv1d::UsageError(absl::StrCat("unexpected argument '", args[1], "'"));
+    return conv1d::kErrors.UsageError(absl::StrCat("unexpected argument '", args[1], "'"));
   }
   return conv1d::Main();
 }
