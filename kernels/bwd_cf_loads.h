@@ -96,12 +96,7 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
       float dxv[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-          const int idx = e + (W - 1) - k;
-          acc += w[j][k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[j][idx >= N ? idx - N : 0]);
-        }
+        float acc = dx_of_g<W, N>(w[j], g[j], gn[j], e);
         if (p.has_dfinal) {
           const int64_t t = pos[j] + e;
           if (t >= L - (W - 1)) {

@@ -227,12 +227,7 @@ __device__ __forceinline__ void bwd_cf_team(const KParams& p, const Conv1dSegmen
       float dxv[N];
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-          const int idx = e + kH - k;
-          acc += wj[j][k] * (idx < N ? g[j][idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
-        }
+        float acc = dx_of_g<W, N>(wj[j], g[j], gn, e);
         if (!kFullTile && p.has_dfinal) {
           const int64_t t = pos + e;
           if (t >= L - kH && t < L) acc += T::to_f(dfin[r * kH + t - (L - kH)]);

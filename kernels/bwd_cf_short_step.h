@@ -234,12 +234,7 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
   float dxv[N];
 #pragma unroll
   for (int e = 0; e < N; ++e) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const int idx = e + kH - k;
-      acc += w[k] * (idx < N ? g[idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
-    }
+    float acc = dx_of_g<W, N>(w, g, gn, e);
     if (p.has_dfinal) {
       // dfinal_states[i] adds to dx at L - (W-1) + i (L >= N > W-1).
 #pragma unroll

@@ -19,6 +19,22 @@ __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
   return silu ? silu_backward_f(dout, z) : dout;
 }
 
+// The dx of a lane's element e from g: the sum over taps k of w[k] times g
+// at e + W-1-k, from the lane's own vector g (N elements) or, past it,
+// its right halo gn (g at the next W-1 positions). e is a compile-time
+// index once the caller's loop is unrolled.
+template <int W, int N>
+__device__ __forceinline__ float dx_of_g(const float (&w)[W], const float (&g)[N],
+                                         const float (&gn)[W - 1], int e) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const int idx = e + (W - 1) - k;
+    acc += w[k] * (idx < N ? g[idx < N ? idx : 0] : gn[idx >= N ? idx - N : 0]);
+  }
+  return acc;
+}
+
 // out = the kOut values at positions sh .. sh+kOut-1 of a followed by b
 // (0 <= sh < kA; zeros past the end), by a barrel shift of conditional
 // moves: a run-time index into a register array would put the arrays in
