@@ -114,10 +114,10 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
     if (vec && (esize == 2 || !bwd)) {
       // fwd_cf_stream_kernel (every type), bwd_cf_stream_kernel (16-bit):
       // chunks of at most k*StreamSteps steps, the row's steps spread
-      // evenly over them; or, backward, when the B
-      // rows of a channel are single chunks and short enough together, one
-      // team per channel walking them (walk; marked by ws_partial_offset =
-      // -1, which no other long-row segment has).
+      // evenly over them; or, backward, when the B rows of a channel are
+      // single chunks and short enough together, one team per channel
+      // walking them (walk; marked by ws_partial_offset = -1, which no
+      // other long-row segment has).
       const int64_t steps = CeilDiv(nvec, kTeam);
       const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
       const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
@@ -225,8 +225,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
   // Tile ranges by kind: 0 long, 1 short-row vector, 2 long-row vector
-  // (forward; backward in 16-bit types), 3 16-bit long rows walked a channel per tile (see
-  // Conv1dPlanInfo).
+  // (forward; backward in 16-bit types), 3 16-bit long rows walked a
+  // channel per tile (see Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
   int64_t max_partials = 0;  // per (segment, channel), over the partial writers

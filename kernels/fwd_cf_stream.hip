@@ -13,25 +13,25 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
-// Long rows on the vector path (is_fwd_stream_tile): a team owns one chunk
-// of a row, per_lane steps of kTeam 16-byte vectors of N elements (8 in
-// 16-bit types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a
-// step), and walks the steps in
-// order, as bwd_cf_stream_team does: x of the next kP steps is in flight
-// while a step computes, copied asynchronously by each lane into its own
-// slot of the team's ring `stage` (kP + 1 slots; the slot being filled was
-// read a step earlier), so the in-flight data hold no registers. The left
-// x̃ halo of a lane is the previous lane's tail by shuffle; lane 0 gets
-// lane 31's tail of the previous step (lane 31 carries it; before step 0
-// it holds the chunk's left halo, loaded directly). A halo longer than a
-// vector (fp32 at W = 6..8) comes from the previous two lanes, lanes 0 and
-// 1 getting it from lanes 30 and 31 of the previous step (which keep their
-// vector of it in `prev`; before step 0, the x̃ before the chunk). Only the row's last
-// step can be partial (L % N == 0): its lanes at or past L read zeros and
-// store nothing. kShift (kVecShifted): rows of any length, their steps on
-// the 16-byte grid that starts o elements before the row (o < N); elements
-// before the row read as x̃, and vectors that straddle either end of the
-// row are stored element by element.
+// Long rows on the vector path (is_fwd_stream_tile): a team owns one chunk of
+// a row, per_lane steps of kTeam 16-byte vectors of N elements (8 in 16-bit
+// types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a step), and
+// walks the steps in order, as bwd_cf_stream_team does: x of the next kP
+// steps is in flight while a step computes, copied asynchronously by each
+// lane into its own slot of the team's ring `stage` (kP + 1 slots; the slot
+// being filled was read a step earlier), so the in-flight data hold no
+// registers. The left x̃ halo of a lane is the previous lane's tail by
+// shuffle; lane 0 gets lane 31's tail of the previous step (lane 31 carries
+// it; before step 0 it holds the chunk's left halo, loaded directly). A halo
+// longer than a vector (fp32 at W = 6..8) comes from the previous two lanes,
+// lanes 0 and 1 getting it from lanes 30 and 31 of the previous step (every
+// lane keeps its vector of the previous step in `carry`; before step 0, lanes
+// 30 and 31 hold the x̃ before the chunk). Only the row's last step can be
+// partial (L % N == 0): its lanes at or past L read zeros and store nothing.
+// kShift (kVecShifted): rows of any length, their steps on the 16-byte grid
+// that starts o elements before the row (o < N); elements before the row read
+// as x̃, and vectors that straddle either end of the row are stored element
+// by element.
 template <class T, int W, bool kSilu, bool kShift>
 __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1dSegment& seg,
                                                    int64_t local, int lane, uint4 (*stage)[kTeam]) {
