@@ -144,20 +144,23 @@ struct BwdShortTraits {
 inline constexpr int kClCols = 32;
 inline constexpr int kClRows = 8;
 
-// Forward, channel-last. fp32: 8 steps, all of a thread's loads issued at
-// once (116 registers, 2 blocks/SM). 16-bit vector path: 32 steps walked
-// one at a time with x of the next kPrefetch steps in flight in a
-// shared-memory ring (fwd_cl_ring; kPrefetch + 1 slots of 2 KiB per block),
-// 3 blocks/SM (32 steps: a thread's start, divisions and window loads, is
-// paid half as often as at 16; on H200 that outweighed the fewer blocks).
-// kVec 4 or 8: 8- or 16-byte vectors. Wider filters hold longer windows:
-// one block fewer per SM past W = 6.
+// Forward, channel-last, vector path: 32 steps walked one at a time with x
+// of the next kPrefetch steps in flight in a shared-memory ring
+// (fwd_cl_ring; kPrefetch + 1 slots of 2 KiB per block in 16-bit types, 4
+// KiB in fp32), 3 blocks/SM (32 steps: a thread's start, divisions and
+// window loads, is paid half as often as at 16; on H200 that outweighed
+// the fewer blocks). fp32 took 8 steps with all of a thread's loads in
+// registers before (116-148 registers, 2 blocks/SM: 80 % of a copy on
+// 4x2048x2048, 32 % at W = 8; the ring: 88 % and 85 %). The scalar path
+// walks the same 32 steps in register windows of 8. kVec 4: 8- or 16-byte
+// vectors. Wider filters hold longer windows: one block fewer per SM past
+// W = 6.
 template <int kElemBytes, int W = 4>
 struct FwdClTraits {
-  static constexpr int kSteps = kElemBytes == 4 ? 8 : 32;
+  static constexpr int kSteps = 32;
   static constexpr int kVec = 4;
-  static constexpr int kMinBlocks = (kElemBytes == 4 ? 2 : 3) - (W <= 6 ? 0 : 1);
-  static constexpr int kPrefetch = 8;  // 16-bit only
+  static constexpr int kMinBlocks = 3 - (W <= 6 ? 0 : 1);
+  static constexpr int kPrefetch = 8;
   // The ring walk unrolled by W-1 steps (no window moves); at W = 6 that
   // needs more than its 80 registers.
   static constexpr bool kRotate = W != 6;
@@ -219,7 +222,7 @@ inline constexpr int64_t kBwdShortTiles = BwdShortTraits<4>::kTiles;
 inline constexpr int kFwdShortPrefetch = FwdShortTraits<4>::kPrefetch;
 inline constexpr int kFwdShortSteps = FwdShortTraits<4>::kSteps;
 inline constexpr int64_t kFwdShortTiles = FwdShortTraits<4>::kTiles;
-inline constexpr int kClFwdPrefetch16 = FwdClTraits<2>::kPrefetch;
+inline constexpr int kClFwdPrefetch = FwdClTraits<2>::kPrefetch;
 constexpr int ClStepsFwd(int elem_bytes) {
   return elem_bytes == 4 ? FwdClTraits<4>::kSteps : FwdClTraits<2>::kSteps;
 }

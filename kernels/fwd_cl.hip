@@ -1,6 +1,7 @@
 // Forward, channel-last (fwd_cl_kernel): thread (tx, ty) of a tile streams
-// a time chunk of a channel vector with a register window; 16-bit vectors
-// through a shared-memory ring of asynchronous copies (fwd_cl_ring).
+// a time chunk of a channel vector through a shared-memory ring of
+// asynchronous copies (fwd_cl_ring), or on the scalar path of one channel
+// with a register window (fwd_cl_thread).
 #include "kernels/fwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -13,8 +14,8 @@ using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
 // Channel-last: thread (tx, ty) of tile (b, time block, channel block) owns
-// channels d0 .. d0+N-1 and time steps t0 .. t0+kSteps-1,
-// in sub-chunks of kSub steps.
+// channels d0 .. d0+N-1 (the scalar path: N = 1) and time steps t0 ..
+// t0+kSteps-1, in sub-chunks of kSub steps.
 template <class T, int N, int W, int kSub>
 __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegment& seg,
                                               int64_t local, int tx, int ty) {
@@ -95,16 +96,12 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
       }
     }
   };
-  if constexpr (kSub >= kSteps) {
-    sub(t0);
-  } else {
 #pragma unroll 1
-    for (int64_t ts = t0; ts < t0 + kSteps && ts < L; ts += kSub) sub(ts);
-  }
+  for (int64_t ts = t0; ts < t0 + kSteps && ts < L; ts += kSub) sub(ts);
 }
 
-// Channel-last, 16-bit vector path: the chunk of fwd_cl_thread walked one
-// step at a time, x of the next kP steps in flight as asynchronous copies
+// Channel-last, vector path (16-bit: 8-byte vectors, fp32: 16-byte): the
+// chunk of fwd_cl_thread walked one step at a time, x of the next kP steps in flight as asynchronous copies
 // into this thread's slots of a shared-memory ring (`ring`: slot s, thread
 // th at ring[s * threads + th]), the last W-1 x̃ carried in registers.
 template <class T, int N, int W, bool kSilu>
@@ -112,7 +109,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
                                             int64_t local, int tx, int ty, void* ring_mem) {
   using S = typename T::S;
   constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
-  constexpr int kP = detail::kClFwdPrefetch16;
+  constexpr int kP = detail::kClFwdPrefetch;
   constexpr int kSlots = kP + 1;
   constexpr int kVB = N * static_cast<int>(sizeof(S));
   static_assert(kVB == 16 || kVB == 8, "8- or 16-byte vectors");
@@ -233,24 +230,18 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::FwdClTraits<sizeof
     fwd_cl_kernel(KParams p) {
   using S = typename T::S;
   constexpr int N = detail::ClVecFwd(sizeof(S));
-  constexpr bool kRing = sizeof(S) == 2 && detail::kClFwdPrefetch16 > 0;
-  constexpr int kRingBytes = kRing ? (detail::kClFwdPrefetch16 + 1) * kClCols * kClRows * N * 2 : 16;
+  constexpr int kRingBytes = (detail::kClFwdPrefetch + 1) * kClCols * kClRows * N * static_cast<int>(sizeof(S));
   __shared__ uint4 ring[kRingBytes / 16];
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
     if (seg.vec) {
-      if constexpr (kRing) {
-        BoolSwitch(p.silu, [&](auto silu) {
-          fwd_cl_ring<T, N, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, ring);
-        });
-      } else {
-        fwd_cl_thread<T, N, W, detail::ClStepsFwd(sizeof(S))>(p, seg, tile - seg.tile_begin, tx, ty);
-      }
+      BoolSwitch(p.silu, [&](auto silu) {
+        fwd_cl_ring<T, N, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, ring);
+      });
     } else {
-      constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
-      fwd_cl_thread<T, 1, W, kSteps < 8 ? kSteps : 8>(p, seg, tile - seg.tile_begin, tx, ty);
+      fwd_cl_thread<T, 1, W, 8>(p, seg, tile - seg.tile_begin, tx, ty);  // windows of 8 steps
     }
   }
 }
