@@ -22,10 +22,13 @@ absl::Status Ended(const Session& s, SessionState state) {
                                           SessionStateName(state)));
 }
 
-// "s" and 128 random bits as 32 lowercase hex digits.
-absl::StatusOr<std::string> NewSessionId() {
+// "s" and 128 random bits as 32 lowercase hex digits, from `source`
+// (SessionManagerOptions::random_bytes; empty: FillOsRandom).
+absl::StatusOr<std::string> NewSessionId(
+    const std::function<absl::Status(absl::Span<uint8_t>)>& source) {
   std::array<uint8_t, 16> bits;
-  if (absl::Status s = FillOsRandom(absl::MakeSpan(bits)); !s.ok()) {
+  const absl::Status s = source ? source(absl::MakeSpan(bits)) : FillOsRandom(absl::MakeSpan(bits));
+  if (!s.ok()) {
     return absl::UnavailableError(
         absl::StrCat("cannot make a session id: ", s.message()));
   }
@@ -114,7 +117,7 @@ void SessionManager::ReapLoop() {
 absl::StatusOr<std::string> SessionManager::UnusedIdLocked(
     absl::StatusOr<std::string> drawn) const {
   // Two draws agree with odds of 2^-128; a repeat is drawn again all the same.
-  while (drawn.ok() && sessions_.contains(*drawn)) drawn = NewSessionId();
+  while (drawn.ok() && sessions_.contains(*drawn)) drawn = NewSessionId(options_.random_bytes);
   return drawn;
 }
 
@@ -178,7 +181,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(SessionSpec spec,
       }
     }
   }
-  absl::StatusOr<std::string> drawn = NewSessionId();
+  absl::StatusOr<std::string> drawn = NewSessionId(options_.random_bytes);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::string> id = UnusedIdLocked(std::move(drawn));
   if (status.ok()) status = id.status();
@@ -409,7 +412,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(Session& session) 
     last_step = session.last_step_tokens_;
   }
   absl::Status status = slots_->Copy(session.slot_, slot, session.spec_.slot_bytes_needed());
-  absl::StatusOr<std::string> drawn = NewSessionId();
+  absl::StatusOr<std::string> drawn = NewSessionId(options_.random_bytes);
   absl::MutexLock lock(&mu_);
   session.state_ = SessionState::kOpen;
   session.last_used_ = clock_->Now();

@@ -63,6 +63,7 @@
 #define CONV1D_SERVER_CORE_SESSION_MANAGER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -74,6 +75,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "server/core/clock.h"
 #include "server/core/conv_problem.h"
 #include "server/core/observer.h"
@@ -158,6 +160,11 @@ struct SessionManagerOptions {
   // Default 300 s; valid range 0..31'536'000 (a year); otherwise
   // INVALID_ARGUMENT.
   int64_t idle_timeout_s = 300;
+  // Where the ids' random bits come from: empty (the default) for the
+  // operating system's secure generator (FillOsRandom). Whatever it
+  // returns when it fails, Open and Fork answer UNAVAILABLE; tests set a
+  // failing source to check that.
+  std::function<absl::Status(absl::Span<uint8_t>)> random_bytes;
 };
 
 class SessionManager {

@@ -349,6 +349,61 @@ TEST_F(SessionTest, FullPoolRefusesAndNeverEvicts) {
   EXPECT_TRUE(manager_->Open(Spec(p), nullptr, false).ok());
 }
 
+// With no random bytes to be had, Open and Fork answer UNAVAILABLE, make
+// no id and keep no slot; they work again once the source does.
+TEST_F(SessionTest, NoRandomBytesRefusesOpenAndForkAndLeaksNoSlot) {
+  // Draws to refuse, and draws so far (shared with the manager's source,
+  // which may outlive this body's locals).
+  struct Source {
+    int fail_next = 0;
+    int draws = 0;
+  };
+  auto source = std::make_shared<Source>();
+  int& fail_next = source->fail_next;
+  SessionManagerOptions mo;
+  mo.idle_timeout_s = 10;
+  mo.random_bytes = [source](absl::Span<uint8_t> out) {
+    ++source->draws;
+    if (source->fail_next > 0) {
+      --source->fail_next;
+      return absl::UnavailableError("no entropy today");
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = static_cast<uint8_t>(source->draws * 31 + static_cast<int>(i));
+    }
+    return absl::OkStatus();
+  };
+  manager_.reset();
+  manager_ = *SessionManager::Create(mo, slots_.get(), &clock_, nullptr);
+  Problem p = MakeProblem(DType::kF32, Layout::kChannelFirst, 1);
+
+  fail_next = 1;
+  absl::StatusOr<std::shared_ptr<Session>> refused = manager_->Open(Spec(p), nullptr, false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("cannot make a session id: no entropy today"),
+            std::string::npos)
+      << refused.status();
+
+  std::shared_ptr<Session> first = Open(p);
+  ASSERT_NE(first, nullptr);
+  fail_next = 1;
+  EXPECT_EQ(manager_->Fork(*first).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(manager_->Find(first->id()).ok());  // the source is untouched
+
+  // Neither refusal kept a slot: all four (num_slots) open, then the pool
+  // is full.
+  std::vector<std::shared_ptr<Session>> open = {first};
+  for (int i = 0; i < 2; ++i) open.push_back(Open(p));
+  absl::StatusOr<std::shared_ptr<Session>> forked = manager_->Fork(*first);
+  ASSERT_TRUE(forked.ok()) << forked.status();
+  open.push_back(*forked);
+  std::set<std::string> ids;
+  for (const auto& s : open) ids.insert(s->id());
+  EXPECT_EQ(ids.size(), open.size());
+  EXPECT_EQ(manager_->Open(Spec(p), nullptr, false).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(SessionTest, StateLargerThanASlotIsRefusedNamingTheFields) {
   Problem p = MakeProblem(DType::kF32, Layout::kChannelFirst, 1);
   p.state_len = 64 << 10;
