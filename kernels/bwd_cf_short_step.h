@@ -54,8 +54,8 @@ struct RowChannel {
 // Weights, bias and states of row r (zeros when !valid): lane l loads those
 // of its group's row l.
 template <class T, int W>
-__device__ __forceinline__ void load_short_row(const KParams& p, const Conv1dSegment& seg, int64_t r,
-                                               bool valid, float (&wl)[W], float& bl,
+__device__ __forceinline__ void load_short_row(const KParams& p, const Conv1dSegment& seg,
+                                               int64_t r, bool valid, float (&wl)[W], float& bl,
                                                float (&il)[W - 1], float (&fl)[W - 1]) {
   using S = typename T::S;
   constexpr int kH = W - 1;
@@ -106,8 +106,8 @@ struct ShortWalk {
   bool first, inrow;
   int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
 
-  __device__ __forceinline__ ShortWalk(const Conv1dSegment& seg, int64_t row_begin, int nrt_, int lane_,
-                                       uint4 (*stage_)[2][kTeam])
+  __device__ __forceinline__ ShortWalk(const Conv1dSegment& seg, int64_t row_begin, int nrt_,
+                                       int lane_, uint4 (*stage_)[2][kTeam])
       : L(seg.seqlen), stage(stage_), nrt(nrt_), lane(lane_) {
     constexpr int N = kVecElts<T>;
     lpr = seg.lanes_per_row;

@@ -87,8 +87,8 @@ __device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
 // vector segments to the stream kernels: the forward's in every type
 // (is_fwd_stream_tile), the backward's in 16-bit types (is_stream_tile;
 // the walked ones, ws_partial_offset < 0, to bwd_cf_walk_kernel); the
-// long-row kernels take the rest. Each kernel skips the others' tiles, so each gets
-// its own register allocation.
+// long-row kernels take the rest. Each kernel skips the others' tiles, so
+// each gets its own register allocation.
 __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
   return seg.vec && seg.rows_per_tile > 1;
 }

@@ -254,8 +254,8 @@ inline bool FastWidth(int32_t w) { return w >= kMinFastWidth && w <= kMaxFastWid
 // Channel-first vector paths that pass a row's halo (W-1 elements) from
 // lane to lane need it to fit in one 16-byte vector of `ne` elements (the
 // backward, short rows); the forward's long rows (fwd_cf_stream_team) take
-// a longer halo from the previous two lanes (fp32 at W 6..8). The planner keeps other
-// segments on the scalar path (see Conv1dPlan).
+// a longer halo from the previous two lanes (fp32 at W 6..8). The planner
+// keeps other segments on the scalar path (see Conv1dPlan).
 constexpr bool HaloInVector(int width, int ne) { return width - 1 < ne; }
 
 // Compile-time dispatch: WidthSwitch(w, f) calls f(Int<W>{}) for the fast

@@ -101,9 +101,10 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
 }
 
 // Channel-last, vector path (16-bit: 8-byte vectors, fp32: 16-byte): the
-// chunk of fwd_cl_thread walked one step at a time, x of the next kP steps in flight as asynchronous copies
-// into this thread's slots of a shared-memory ring (`ring`: slot s, thread
-// th at ring[s * threads + th]), the last W-1 x̃ carried in registers.
+// chunk of fwd_cl_thread walked one step at a time, x of the next kP steps
+// in flight as asynchronous copies into this thread's slots of a
+// shared-memory ring (`ring`: slot s, thread th at ring[s * threads + th]),
+// the last W-1 x̃ carried in registers.
 template <class T, int N, int W, bool kSilu>
 __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int tx, int ty, void* ring_mem) {
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::FwdClTraits<sizeof
     fwd_cl_kernel(KParams p) {
   using S = typename T::S;
   constexpr int N = detail::ClVecFwd(sizeof(S));
-  constexpr int kRingBytes = (detail::kClFwdPrefetch + 1) * kClCols * kClRows * N * static_cast<int>(sizeof(S));
+  constexpr int kRingBytes =
+      (detail::kClFwdPrefetch + 1) * kClCols * kClRows * N * static_cast<int>(sizeof(S));
   __shared__ uint4 ring[kRingBytes / 16];
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
