@@ -1,7 +1,7 @@
-// Backward, channel-first 16-bit long rows on the vector path
-// (bwd_cf_stream_kernel): a team walks one chunk of a row with the loads of
-// the next steps in flight in a shared-memory ring; rows of any length on
-// the shifted vector grid (kVecShifted).
+// Backward, channel-first long rows on the vector path, 16-bit types and
+// fp32 up to W = 5 (bwd_cf_stream_kernel): a team walks one chunk of a row
+// with the loads of the next steps in flight in a shared-memory ring; rows
+// of any length on the shifted vector grid (kVecShifted).
 #include "kernels/bwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -13,9 +13,10 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
-// Long rows of 16-bit elements on the vector path (is_stream_tile): a team
-// owns one chunk of a row, per_lane steps of kTeam vectors of N = 8 elements
-// (lane l holds elements l*N .. l*N+N-1 of a step), and walks the steps in
+// Long rows on the vector path (is_stream_tile): a team owns one chunk of a
+// row, per_lane steps of kTeam 16-byte vectors of N elements (8 in 16-bit
+// types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a step; the
+// halo, W - 1 elements, at most a vector), and walks the steps in
 // order. x and dout of the next kP steps are in flight while it computes the
 // current one: each lane copies its vectors asynchronously into its own
 // slots of the team's ring `stage` (kP + 1 slots, so the slot being filled
@@ -50,8 +51,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   constexpr int kStep = kTeam * N;
   constexpr int kP = detail::kBwdStreamPrefetch;
   constexpr int kSlots = kP + 1;
-  static_assert(N == 8, "one 16-byte vector per lane and step");
-  static_assert(N > kH, "a lane's tail must hold the whole halo");
+  static_assert(N >= kH, "a lane's vector must hold the whole halo");
   static_assert(kP >= 1, "at least one step in flight");
   const int64_t L = seg.seqlen;
   const int64_t nchunks = seg.nchunks;
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (!is_stream_tile<T>(seg) || seg.ws_partial_offset < 0) continue;
+    if (!is_stream_tile<T, W>(seg) || seg.ws_partial_offset < 0) continue;
     const int64_t local = tile - seg.tile_begin;
     const bool shift = seg.vec == kVecShifted;
     BoolSwitch(p.silu, [&](auto silu) {
@@ -291,12 +291,18 @@ template <class T>
 hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s) {
   constexpr int kTeams = kTeamsPerBlock;
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
-  const bool launched = WidthSwitch(k.width, [&](auto w) {
-    bwd_cf_stream_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+  bool launched = false;
+  WidthSwitch(k.width, [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    if constexpr (detail::BwdStreamTakes(sizeof(typename T::S), W)) {
+      bwd_cf_stream_kernel<T, W><<<grid, kTeam * kTeams, 0, s>>>(k);
+      launched = true;
+    }
   });
   return launched ? hipGetLastError() : hipErrorInvalidValue;
 }
 
+template hipError_t LaunchBwdCfStream<F32>(const KParams&, hipStream_t);
 template hipError_t LaunchBwdCfStream<F16>(const KParams&, hipStream_t);
 template hipError_t LaunchBwdCfStream<BF16>(const KParams&, hipStream_t);
 

@@ -27,9 +27,9 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
     e = range(plan.short_tile_begin, plan.short_tile_end, &LaunchBwdCfShort<T>);
   }
   if (e != hipSuccess) return e;
+  e = range(plan.stream_tile_begin, plan.stream_tile_end, &LaunchBwdCfStream<T>);
+  if (e != hipSuccess) return e;
   if constexpr (sizeof(typename T::S) == 2) {
-    e = range(plan.stream_tile_begin, plan.stream_tile_end, &LaunchBwdCfStream<T>);
-    if (e != hipSuccess) return e;
     e = range(plan.walk_tile_begin, plan.walk_tile_end, &LaunchBwdCfWalk<T>);
     if (e != hipSuccess) return e;
   }

@@ -40,8 +40,9 @@ int32_t ShortLanes(int64_t nvec) {
 // Whether the channel-first vector path may take a row of length L,
 // alignment aside: whole 16-byte vectors, and kernels that pass the halo
 // from lane to lane (short rows, the 16-bit backward) need it within one
-// vector; long rows of the forward and of the fp32 backward (whose lanes
-// then load their own halos, bwd_cf_team_loads) take any width.
+// vector; long rows of the forward and of the fp32 backward (which past
+// W = 5 goes to bwd_cf_kernel, whose lanes load their own halos) take any
+// width.
 bool CfVecShape(const Conv1dProblem& p, int64_t L) {
   const int64_t ne = 16 / ElemBytes(p.x_type);
   const bool bwd = p.op == KernelOp::kBackward;
@@ -54,13 +55,11 @@ bool CfVecShape(const Conv1dProblem& p, int64_t L) {
 // runs on the shifted vector grid (kVecShifted), as a long row (a team per
 // chunk, even when the row is a single chunk): rows past kTeam elements;
 // shorter ones keep the staged scalar path, whose tensors may stay in host
-// memory (Conv1dStreamsInPlace). The backward takes it in 16-bit types
-// (bwd_cf_stream_team) and in fp32 with the halo within a vector
-// (bwd_cf_team).
+// memory (Conv1dStreamsInPlace). The backward takes it where its stream
+// kernel does (bwd_cf_stream_team: 16-bit types, fp32 up to W = 5).
 bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
-  const int64_t esize = ElemBytes(p.x_type);
-  const bool bwd = p.op == KernelOp::kBackward &&
-                   (esize == 2 || HaloInVector(p.width, static_cast<int>(16 / esize)));
+  const int esize = ElemBytes(p.x_type);
+  const bool bwd = p.op == KernelOp::kBackward && BwdStreamTakes(esize, p.width);
   return (p.op == KernelOp::kForward || bwd) && L > kTeam && !CfVecShape(p, L);
 }
 
@@ -111,19 +110,19 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
     // group of a row sums its whole dweight and stores it (no partials).
     c.direct = bwd && vec && B == 1;
   } else {
-    if (vec && (esize == 2 || !bwd)) {
-      // fwd_cf_stream_kernel (every type), bwd_cf_stream_kernel (16-bit):
-      // chunks of at most k*StreamSteps steps, the row's steps spread
-      // evenly over them; or, backward, when the B rows of a channel are
-      // single chunks and short enough together, one team per channel
-      // walking them (walk; marked by ws_partial_offset = -1, which no
-      // other long-row segment has).
+    if (vec && (!bwd || BwdStreamTakes(static_cast<int>(esize), p.width))) {
+      // fwd_cf_stream_kernel (every type), bwd_cf_stream_kernel (16-bit,
+      // fp32 up to W = 5): chunks of at most k*StreamSteps steps, the row's
+      // steps spread evenly over them; or, 16-bit backward, when the B rows
+      // of a channel are single chunks and short enough together, one team
+      // per channel walking them (walk; marked by ws_partial_offset = -1,
+      // which no other long-row segment has).
       const int64_t steps = CeilDiv(nvec, kTeam);
       const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
       const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
       c.per_lane = static_cast<int32_t>(per);
       c.nchunks = CeilDiv(steps, per);
-      if (bwd && c.nchunks == 1 && B * steps <= kBwdWalkSteps && !shifted) {
+      if (bwd && esize == 2 && c.nchunks == 1 && B * steps <= kBwdWalkSteps && !shifted) {
         c.walk = true;
         c.direct = true;
       }
@@ -225,8 +224,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
   // Tile ranges by kind: 0 long, 1 short-row vector, 2 long-row vector
-  // (forward; backward in 16-bit types), 3 16-bit long rows walked a
-  // channel per tile (see Conv1dPlanInfo).
+  // (forward; backward in 16-bit types and fp32 up to W = 5), 3 16-bit long
+  // rows walked a channel per tile (see Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
   int64_t max_partials = 0;  // per (segment, channel), over the partial writers
@@ -334,7 +333,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
                      : !vec_cf ? 0
                      : s.rows_per_tile > 1 ? 1
                      : walk ? 3
-                     : esize == 2 || !bwd ? 2 : 0;
+                     : !bwd || BwdStreamTakes(static_cast<int>(esize), p.width) ? 2 : 0;
     const int rank = kRank[kind];
     ordered = ordered && rank >= prev_rank;
     prev_rank = rank;

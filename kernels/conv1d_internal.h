@@ -96,9 +96,9 @@ struct BwdCfTraits {
   static constexpr int kMinBlocks = 2;
 };
 
-// Backward of 16-bit long rows on the vector path (bwd_cf_stream_kernel):
-// as FwdStreamTraits with x and dout (ring slots of 1 KiB per team, 40 KiB
-// per block at 4).
+// Backward of long rows on the vector path (bwd_cf_stream_kernel; 16-bit
+// types, fp32 up to W = 5): as FwdStreamTraits with x and dout (ring slots
+// of 1 KiB per team, 40 KiB per block at 4).
 struct BwdStreamTraits {
   static constexpr int kSteps = 16;
   static constexpr int kPrefetch = 4;
@@ -257,6 +257,13 @@ inline bool FastWidth(int32_t w) { return w >= kMinFastWidth && w <= kMaxFastWid
 // a longer halo from the previous two lanes (fp32 at W 6..8). The planner
 // keeps other segments on the scalar path (see Conv1dPlan).
 constexpr bool HaloInVector(int width, int ne) { return width - 1 < ne; }
+// Whether the backward's long vector rows of this element size and width
+// go to the stream kernel (bwd_cf_stream_team, which passes both halos from
+// lane to lane: W - 1 at most a vector, so fp32 up to W = 5); fp32 at
+// W = 6..8 stays on bwd_cf_kernel, whose lanes load their own halos.
+constexpr bool BwdStreamTakes(int elem_bytes, int width) {
+  return elem_bytes == 2 || HaloInVector(width, 16 / elem_bytes + 1);
+}
 
 // Compile-time dispatch: WidthSwitch(w, f) calls f(Int<W>{}) for the fast
 // width W == w and returns true, or returns false for any other w;

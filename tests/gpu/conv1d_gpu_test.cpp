@@ -190,6 +190,26 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
   }
 }
 
+// fp32 channel-first backward on long rows: up to W = 5 on the stream
+// kernel (bwd_cf_stream_kernel; the halo up to a whole vector of 4), past it
+// on bwd_cf_kernel. Rows of 32 steps of 128 elements (two chunks of 16, both
+// row ends in different chunks), and of 33 steps (three chunks of 11, the
+// last step a single vector inside the row), with SiLU, bias and every
+// state tensor on and off.
+TEST(Conv1dGpu, BackwardFp32LongRowSteps) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng = TestRng();
+  for (int W : {2, 4, 5, 6, 8}) {
+    for (uint32_t bits : {0x1fu, 0x0u}) {
+      for (int64_t L : {int64_t{4096}, int64_t{4096 + 4}}) {
+        const Conv1dProblem p =
+            MakeProblem(KernelOp::kBackward, kPairs[0], KernelLayout::kChannelFirst, 96, W, bits);
+        EXPECT_EQ(RunOneSegment(p, 2, L, rng), "") << "W=" << W << " L=" << L << " bits=" << bits;
+      }
+    }
+  }
+}
+
 // 16-bit forward on long rows (fwd_cf_stream_kernel), 16384 rows of 16
 // steps of 256 elements (initial and final states), of 18 steps whose last
 // has a single vector inside the row (final states; chunks of 6 or 9 steps

@@ -75,5 +75,34 @@ TEST(Conv1dPlanOrder, FamiliesGetDisjointContiguousRanges) {
   }
 }
 
+// The fp32 backward's long vector rows go to the stream kernel's range up
+// to W = 5 (the halo within a vector) and to the long-row kernel's past it;
+// 16-bit rows go to the stream or walk range at every fast width.
+TEST(Conv1dPlanOrder, BackwardLongRowsGoToTheStreamKernelWhereItTakesTheWidth) {
+  alignas(256) static char arena[1 << 12];
+  for (const Pair& pr : {kPairs[0], kPairs[2]}) {
+    for (int W = 2; W <= 8; ++W) {
+      const Conv1dProblem p =
+          MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 8, W, 0x3);
+      Conv1dSegment s;
+      s.batch = 2;
+      s.seqlen = 4096;
+      for (int r = 0; r < kNumRoles; ++r) s.set(RoleAt(r), arena + 16 * r);
+      kernels::Conv1dPlanInfo plan;
+      ASSERT_EQ(kernels::Conv1dPlan(p, &s, 1, &plan), hipSuccess);
+      const bool stream = pr.x != kernels::ScalarType::kF32 || W <= 5;
+      EXPECT_EQ(s.vec, 1) << "W=" << W;
+      // 16-bit rows this short are walked a channel per tile (walk range).
+      EXPECT_EQ(plan.stream_tile_end - plan.stream_tile_begin + plan.walk_tile_end -
+                    plan.walk_tile_begin,
+                stream ? plan.total_tiles : 0)
+          << "W=" << W;
+      EXPECT_EQ(plan.long_tile_end - plan.long_tile_begin, stream ? 0 : plan.total_tiles)
+          << "W=" << W;
+      EXPECT_GT(plan.total_tiles, 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace conv1d::testing

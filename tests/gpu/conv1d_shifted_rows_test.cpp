@@ -46,14 +46,14 @@ TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
 
 // The backward on the shifted grid: dx, dweight, dbias and
 // dinitial_states against the reference for every width it takes (fp32
-// 2..4, 16-bit 2..8) and every dtype pair, with SiLU, bias and the state
+// 2..5, 16-bit 2..8) and every dtype pair, with SiLU, bias and the state
 // tensors on and off, single-chunk and multi-chunk rows.
 TEST(Conv1dShiftedRows, BackwardEveryWidthAndPairMatchesTheReference) {
   if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
   std::mt19937_64 rng = TestRng();
   uint32_t n = 0;
   for (const Pair& pr : kPairs) {
-    const int max_w = pr.x == ScalarType::kF32 ? 4 : 8;
+    const int max_w = pr.x == ScalarType::kF32 ? 5 : 8;
     for (int W = 2; W <= max_w; ++W) {
       for (uint32_t bits : {0x00u, 0x1fu, 0x03u, 0x1cu}) {
         ++n;
@@ -147,7 +147,8 @@ TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongRowsItCanTake) {
   EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kBF16, 4093, 1), 0);  // misaligned
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 33, 0, 2), kernels::kVecShifted);
-  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 5), 0);  // halo = a vector
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 5), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 6), 0);  // halo past a vector
   // fp32 backward rows of whole vectors with a halo past a vector: long
   // rows on the vector path (lanes load their own halos), short ones not.
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 4096, 0, 8), 1);
