@@ -1,8 +1,8 @@
-// Backward, channel-first long rows the stream kernel does not take, and
-// the scalar path (bwd_cf_kernel): a team per tile of per_lane slots of one
-// row chunk, each lane loading its own halos (bwd_cf_team_loads): fp32
-// vector rows at W = 6..8 and scalar rows of every type. dweight/dbias go
-// to per-(row, chunk) partials.
+// Backward, channel-first scalar path (bwd_cf_kernel): rows the vector
+// kernels do not take (misaligned, or short rows whose length is not a
+// whole number of vectors); a team per tile of per_lane elements per lane
+// of one row chunk, each lane loading its own halos (bwd_cf_team_loads).
+// dweight/dbias go to per-(row, chunk) partials.
 #include "kernels/bwd_common.h"
 #include "kernels/bwd_cf_loads.h"
 
@@ -25,17 +25,8 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (is_short_tile(seg) || is_stream_tile<T, W>(seg)) continue;
-    const int64_t local = tile - seg.tile_begin;
-    if constexpr (!detail::BwdStreamTakes(sizeof(typename T::S), W)) {
-      // fp32 vector rows past W = 5 (per the planner): halos longer than a
-      // vector, which each lane loads around its vectors.
-      if (seg.vec) {
-        bwd_cf_team_loads<T, kVecElts<T>, W>(p, seg, local, lane);
-        continue;
-      }
-    }
-    bwd_cf_team_loads<T, 1, W>(p, seg, local, lane);
+    if (is_short_tile(seg) || is_stream_tile(seg)) continue;
+    bwd_cf_team_loads<T, 1, W>(p, seg, tile - seg.tile_begin, lane);
   }
 }
 

@@ -1,7 +1,7 @@
-// Backward, channel-first long rows on the vector path, 16-bit types and
-// fp32 up to W = 5 (bwd_cf_stream_kernel): a team walks one chunk of a row
-// with the loads of the next steps in flight in a shared-memory ring; rows
-// of any length on the shifted vector grid (kVecShifted).
+// Backward, channel-first long rows on the vector path, every type
+// (bwd_cf_stream_kernel): a team walks one chunk of a row with the loads of
+// the next steps in flight in a shared-memory ring; rows of any length on
+// the shifted vector grid (kVecShifted).
 #include "kernels/bwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -15,8 +15,8 @@ using detail::WidthSwitch;
 
 // Long rows on the vector path (is_stream_tile): a team owns one chunk of a
 // row, per_lane steps of kTeam 16-byte vectors of N elements (8 in 16-bit
-// types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a step; the
-// halo, W - 1 elements, at most a vector), and walks the steps in
+// types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a step), and
+// walks the steps in
 // order. x and dout of the next kP steps are in flight while it computes the
 // current one: each lane copies its vectors asynchronously into its own
 // slots of the team's ring `stage` (kP + 1 slots, so the slot being filled
@@ -31,6 +31,13 @@ using detail::WidthSwitch;
 // After the last step, lane 31 computes the chunk's right g halo itself
 // from the x and dout vector just past the chunk (zero past L), which it
 // copies in the slot a step after the last would have used.
+// Halos longer than a vector (fp32 at W = 6..8, kTwo) come from two lanes:
+// every lane keeps its x vector of the previous step in `carry` (lanes 30
+// and 31 at first: the x̃ before the chunk), and lanes 30 and 31 feed the
+// x̃ halos of lanes 0 and 1 of the next step from it; the right g halos of
+// lanes 30 and 31 come from lanes 0 and 1 of the next step, and at the
+// chunk's end from g of the kH elements past it, which lane 31 computes
+// from x and dout read directly.
 // Only the row's last step can be partial: its lanes at or past L get
 // zeros (dout = 0, so g = 0 for finite x̃) and store nothing.
 // Shifted rows (seg.vec == kVecShifted; L not a whole number of vectors):
@@ -51,7 +58,8 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   constexpr int kStep = kTeam * N;
   constexpr int kP = detail::kBwdStreamPrefetch;
   constexpr int kSlots = kP + 1;
-  static_assert(N >= kH, "a lane's vector must hold the whole halo");
+  constexpr bool kTwo = kH > N;  // both halos from two lanes
+  static_assert(kH <= 2 * N, "a halo of at most two lanes' vectors");
   static_assert(kP >= 1, "at least one step in flight");
   const int64_t L = seg.seqlen;
   const int64_t nchunks = seg.nchunks;
@@ -72,6 +80,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   const bool last = lane == kTeam - 1;
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int src_next = (lane + 1) & (kTeam - 1);
+  const int src_next2 = (lane + 2) & (kTeam - 1);
   const int64_t lpos = c0 + lane * N;  // this lane's position in step 0
   // Steps in which this lane lies inside the row.
   const int lsteps = !partial ? nsteps : lpos >= Lg ? 0 : static_cast<int>((Lg - lpos + kStep - 1) / kStep);
@@ -86,7 +95,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   // lane 31's vectors just past the chunk (when inside the row); zeros
   // where there is nothing to read. One group per call.
   auto issue = [&](int st, int slot) {
-    const bool tail = st == nsteps && last && more;
+    const bool tail = !kTwo && st == nsteps && last && more;
     const bool ok = st < nsteps ? !partial || st < lsteps : tail;
     const int64_t off = ok ? static_cast<int64_t>(st) * kStep - (tail ? (kTeam - 1) * N : 0) : 0;
     copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
@@ -96,10 +105,21 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
 #pragma unroll
   for (int q = 0; q < kP; ++q) issue(q, q);
   int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
-  float carry[kH];      // lane 31: x̃ left of the next step (at first, of the chunk)
+  // One lane: lane 31's x̃ left of the next step (at first, of the
+  // chunk). Two lanes: each lane's vector of the previous step (lanes 30
+  // and 31 at first: the x̃ before the chunk, which the halos reach).
+  constexpr int kCarry = kTwo ? N : kH;
+  float carry[kCarry];
 #pragma unroll
-  for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-  if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
+  for (int i = 0; i < kCarry; ++i) carry[i] = 0.0f;
+  if constexpr (kTwo) {
+    if (lane >= kTeam - 2) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) carry[e] = x_tilde_cf<T>(p, seg, xrow, row, lpos - kStep + e - o, W);
+    }
+  } else {
+    if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
+  }
   float w[W], bias = 0.0f;
   {
     const int64_t d = mod_fast(row, p.dim);
@@ -132,8 +152,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     const int64_t t0 = tpos(st);
     S* dst = dxp + static_cast<int64_t>(st) * kStep;
     // Whole vectors: inside the row and clear of dfinal_states (always so
-    // on rows of whole vectors but for their last step).
-    if ((!kShift && !maybe_last) || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
+    // on rows of whole vectors but for their last step, when the halo is
+    // within a vector; a longer one may reach into the step before).
+    if ((!kShift && !kTwo && !maybe_last) || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
       store_words(dst, pack_words<T>(dxv));
     } else {
       const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
@@ -181,11 +202,25 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     }
     unpack_words<T>(db, dv);
     if constexpr (kShift) mask_outside_row<T, N, kH>(p, seg, xrow, row, tpos(st), L, W, dv, xf);
+    if constexpr (kTwo) {
+      const int src2 = (lane + kTeam - 2) & (kTeam - 1);
 #pragma unroll
-    for (int i = 0; i < kH; ++i) {
-      const float give = last ? carry[i] : xf[N + i];
-      xf[i] = gpu_shfl(give, src_prev, kTeam);
-      carry[i] = xf[N + i];
+      for (int i = 0; i < kH; ++i) {
+        const int back = kH - i;       // elements before pos
+        const bool one = back <= N;    // in the previous lane's vector, else the one before
+        const int e = one ? N - back : 2 * N - back;
+        const bool wrap = lane >= kTeam - (one ? 1 : 2);  // feeds lane 0 or 1 of the next step
+        xf[i] = gpu_shfl(wrap ? carry[e] : xf[kH + e], one ? src_prev : src2, kTeam);
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) carry[e] = xf[kH + e];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        const float give = last ? carry[i] : xf[N + i];
+        xf[i] = gpu_shfl(give, src_prev, kTeam);
+        carry[i] = xf[N + i];
+      }
     }
     float gs[N];
 #pragma unroll
@@ -204,9 +239,14 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     }
     if constexpr (!kFirstStep) {
       // Step st-1 is not the row's last.
+      // (Past a vector, from two lanes on: lanes 30 and 31 get lanes 0 and
+      // 1 of step st.)
       float gh[kH];
 #pragma unroll
-      for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam);
+      for (int i = 0; i < kH; ++i) {
+        gh[i] = i < N ? gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam)
+                      : gpu_shfl(lane < 2 ? gs[i - N] : gc[i - N], src_next2, kTeam);
+      }
       finish(false, st - 1, gh);
     }
 #pragma unroll
@@ -221,12 +261,55 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     if (s0 + 1 < nsteps) step(detail::Bool<false>{}, s0 + 1);
   }
   {
-    // The last step; lane 31's right halo is g just past the chunk.
+    // The last step; lane 31's right halo (from two lanes on, lane 30's
+    // too) is g just past the chunk.
     copy_async_wait<kP - 1>();  // the tail group has landed
     float gh[kH];
 #pragma unroll
-    for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(gc[i], src_next, kTeam);
-    if (last) {
+    for (int i = 0; i < kH; ++i) {
+      gh[i] = i < N ? gpu_shfl(gc[i], src_next, kTeam) : gpu_shfl(gc[i - N], src_next2, kTeam);
+    }
+    if constexpr (kTwo) {
+      // Two vectors past the chunk: lane 31 computes g there from x and
+      // dout read directly (zero past L; once per chunk) and hands lane 30
+      // its part.
+      float gfar[kH];
+#pragma unroll
+      for (int i = 0; i < kH; ++i) gfar[i] = 0.0f;
+      if (last && more) {
+        const S* drow = static_cast<const S*>(seg.in(Role::kDout)) + row * L;
+        const int64_t t0 = cend - o;  // the row position just past the chunk (> kH)
+        float xr[2 * kH];             // x at t0 - kH .. t0 + kH - 1
+#pragma unroll
+        for (int j = 0; j < 2 * kH; ++j) {
+          const int64_t t = t0 - kH + j;
+          xr[j] = t < L ? T::to_f(xrow[t]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kH; ++i) {
+          if (t0 + i < L) {
+            const float dv = T::to_f(drow[t0 + i]);
+            float gv = dv;
+            if constexpr (kSilu) {
+              float z = bias;
+#pragma unroll
+              for (int k = 0; k < W; ++k) z += w[k] * xr[i + k];
+              gv = silu_backward_f(dv, z);
+            }
+            gfar[i] = gv;
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kH - N; ++i) {
+        const float g = gpu_shfl(gfar[i], kTeam - 1, kTeam);
+        if (lane == kTeam - 2) gh[N + i] = g;
+      }
+      if (last) {
+#pragma unroll
+        for (int i = 0; i < kH; ++i) gh[i] = gfar[i];
+      }
+    } else if (last) {
       float xn[N], dn[N];
       unpack_words<T>(stage[rd][0][lane], xn);
       unpack_words<T>(stage[rd][1][lane], dn);
@@ -273,7 +356,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (!is_stream_tile<T, W>(seg) || seg.ws_partial_offset < 0) continue;
+    if (!is_stream_tile(seg) || seg.ws_partial_offset < 0) continue;
     const int64_t local = tile - seg.tile_begin;
     const bool shift = seg.vec == kVecShifted;
     BoolSwitch(p.silu, [&](auto silu) {
@@ -291,13 +374,8 @@ template <class T>
 hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s) {
   constexpr int kTeams = kTeamsPerBlock;
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
-  bool launched = false;
-  WidthSwitch(k.width, [&](auto w) {
-    constexpr int W = decltype(w)::value;
-    if constexpr (detail::BwdStreamTakes(sizeof(typename T::S), W)) {
-      bwd_cf_stream_kernel<T, W><<<grid, kTeam * kTeams, 0, s>>>(k);
-      launched = true;
-    }
+  const bool launched = WidthSwitch(k.width, [&](auto w) {
+    bwd_cf_stream_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
   });
   return launched ? hipGetLastError() : hipErrorInvalidValue;
 }

@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalk
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     // See seg_lines_together.
-    if (!(is_stream_tile<T, W>(seg) & (seg.ws_partial_offset < 0) & seg_lines_together(seg))) continue;
+    if (!(is_stream_tile(seg) & (seg.ws_partial_offset < 0) & seg_lines_together(seg))) continue;
     BoolSwitch(p.silu, [&](auto silu) {
       bwd_cf_stream_walk<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     });

@@ -84,21 +84,15 @@ __device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
 
 // Which kernel family a channel-first tile belongs to: short-row vector
 // segments (rows_per_tile > 1) go to the short-row kernels and long-row
-// vector segments to the stream kernels: the forward's in every type
-// (is_fwd_stream_tile), the backward's in 16-bit types and fp32 up to
-// W = 5 (is_stream_tile; the walked 16-bit ones, ws_partial_offset < 0, to
-// bwd_cf_walk_kernel); the long-row kernels take the rest. Each kernel
-// skips the others' tiles, so each gets its own register allocation.
+// vector segments to the stream kernels (is_stream_tile; the backward's
+// walked 16-bit ones, ws_partial_offset < 0, to bwd_cf_walk_kernel); the
+// long-row kernels take the scalar rest. Each kernel skips the others'
+// tiles, so each gets its own register allocation.
 __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {
   return seg.vec && seg.rows_per_tile > 1;
 }
 
-template <class T, int W>
 __device__ __forceinline__ bool is_stream_tile(const Conv1dSegment& seg) {
-  return detail::BwdStreamTakes(sizeof(typename T::S), W) && seg.vec && seg.rows_per_tile == 1;
-}
-
-__device__ __forceinline__ bool is_fwd_stream_tile(const Conv1dSegment& seg) {
   return seg.vec && seg.rows_per_tile == 1;
 }
 

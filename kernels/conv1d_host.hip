@@ -38,15 +38,12 @@ int32_t ShortLanes(int64_t nvec) {
 }
 
 // Whether the channel-first vector path may take a row of length L,
-// alignment aside: whole 16-byte vectors, and kernels that pass the halo
-// from lane to lane (short rows, the 16-bit backward) need it within one
-// vector; long rows of the forward and of the fp32 backward (which past
-// W = 5 goes to bwd_cf_kernel, whose lanes load their own halos) take any
-// width.
+// alignment aside: whole 16-byte vectors; short rows (whose kernels pass
+// the halo from lane to lane) need the halo within one vector, long rows
+// (the stream kernels, which take it from two lanes) take any fast width.
 bool CfVecShape(const Conv1dProblem& p, int64_t L) {
   const int64_t ne = 16 / ElemBytes(p.x_type);
-  const bool bwd = p.op == KernelOp::kBackward;
-  const bool long_row = L / ne > kTeam && (!bwd || ne == 4);
+  const bool long_row = L / ne > kTeam;
   return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || long_row);
 }
 
@@ -55,12 +52,10 @@ bool CfVecShape(const Conv1dProblem& p, int64_t L) {
 // runs on the shifted vector grid (kVecShifted), as a long row (a team per
 // chunk, even when the row is a single chunk): rows past kTeam elements;
 // shorter ones keep the staged scalar path, whose tensors may stay in host
-// memory (Conv1dStreamsInPlace). The backward takes it where its stream
-// kernel does (bwd_cf_stream_team: 16-bit types, fp32 up to W = 5).
+// memory (Conv1dStreamsInPlace).
 bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
-  const int esize = ElemBytes(p.x_type);
-  const bool bwd = p.op == KernelOp::kBackward && BwdStreamTakes(esize, p.width);
-  return (p.op == KernelOp::kForward || bwd) && L > kTeam && !CfVecShape(p, L);
+  return (p.op == KernelOp::kForward || p.op == KernelOp::kBackward) && L > kTeam &&
+         !CfVecShape(p, L);
 }
 
 // The channel-first fast path's layout of a segment of B rows of length L
@@ -110,15 +105,15 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
     // group of a row sums its whole dweight and stores it (no partials).
     c.direct = bwd && vec && B == 1;
   } else {
-    if (vec && (!bwd || BwdStreamTakes(static_cast<int>(esize), p.width))) {
-      // fwd_cf_stream_kernel (every type), bwd_cf_stream_kernel (16-bit,
-      // fp32 up to W = 5): chunks of at most k*StreamSteps steps, the row's
-      // steps spread evenly over them; or, 16-bit backward, when the B rows
-      // of a channel are single chunks and short enough together, one team
-      // per channel walking them (walk; marked by ws_partial_offset = -1,
-      // which no other long-row segment has).
+    if (vec) {
+      // fwd_cf_stream_kernel, bwd_cf_stream_kernel: chunks of at most
+      // k*StreamSteps steps, the row's steps spread evenly over them; or,
+      // 16-bit backward, when the B rows of a channel are single chunks and
+      // short enough together, one team per channel walking them (walk;
+      // marked by ws_partial_offset = -1, which no other long-row segment
+      // has).
       const int64_t steps = CeilDiv(nvec, kTeam);
-      const int64_t cap = bwd ? kBwdStreamSteps : kFwdStreamSteps;
+      const int64_t cap = bwd ? BwdStreamSteps(static_cast<int>(esize)) : kFwdStreamSteps;
       const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
       c.per_lane = static_cast<int32_t>(per);
       c.nchunks = CeilDiv(steps, per);
@@ -223,9 +218,9 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t D = p.dim;
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
-  // Tile ranges by kind: 0 long, 1 short-row vector, 2 long-row vector
-  // (forward; backward in 16-bit types and fp32 up to W = 5), 3 16-bit long
-  // rows walked a channel per tile (see Conv1dPlanInfo).
+  // Tile ranges by kind: 0 long (scalar), 1 short-row vector, 2 long-row
+  // vector, 3 16-bit long rows walked a channel per tile (see
+  // Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
   int64_t max_partials = 0;  // per (segment, channel), over the partial writers
@@ -333,7 +328,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
                      : !vec_cf ? 0
                      : s.rows_per_tile > 1 ? 1
                      : walk ? 3
-                     : !bwd || BwdStreamTakes(static_cast<int>(esize), p.width) ? 2 : 0;
+                     : 2;
     const int rank = kRank[kind];
     ordered = ordered && rank >= prev_rank;
     prev_rank = rank;

@@ -125,9 +125,8 @@ struct Conv1dPlanInfo {
   int64_t workspace_bytes = 0;  // total workspace the run needs (may be 0)
   // Channel-first fast path: every tile of a short-row vector segment
   // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
-  // short_tile_end); every tile of a long-row vector segment of the
-  // forward, or of the backward in 16-bit types and in fp32 up to W = 5
-  // (own kernels), in [stream_tile_begin, stream_tile_end), except in the
+  // short_tile_end); every tile of a long-row vector segment (own
+  // kernels) in [stream_tile_begin, stream_tile_end), except in the
   // backward the 16-bit ones walked a channel per tile (ws_partial_offset
   // < 0, own kernel) in [walk_tile_begin, walk_tile_end); every other tile in
   // [long_tile_begin, long_tile_end). Update: tiles of vector-path segments

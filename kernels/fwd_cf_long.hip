@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>
   const int team = threadIdx.x / kTeam;
   auto run = [&](int64_t tile) {
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (is_fwd_stream_tile(seg) || is_short_tile(seg)) return;
+    if (is_stream_tile(seg) || is_short_tile(seg)) return;
     const int64_t local = tile - seg.tile_begin;
     // Scalar rows only: every vector-path row is a short or stream tile.
     if (seg.rows_per_tile > 1) fwd_cf_rows_staged<T, W>(p, seg, local, lane, stage[team]);

@@ -13,7 +13,7 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
-// Long rows on the vector path (is_fwd_stream_tile): a team owns one chunk of
+// Long rows on the vector path (is_stream_tile): a team owns one chunk of
 // a row, per_lane steps of kTeam 16-byte vectors of N elements (8 in 16-bit
 // types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a step), and
 // walks the steps in order, as bwd_cf_stream_team does: x of the next kP
@@ -167,7 +167,7 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
 // before anything else: see seg_lines_together.
 template <class T>
 __device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
-  return is_fwd_stream_tile(seg) & seg_lines_together(seg);
+  return is_stream_tile(seg) & seg_lines_together(seg);
 }
 
 

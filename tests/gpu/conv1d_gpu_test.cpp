@@ -190,9 +190,9 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
   }
 }
 
-// fp32 channel-first backward on long rows: up to W = 5 on the stream
-// kernel (bwd_cf_stream_kernel; the halo up to a whole vector of 4), past it
-// on bwd_cf_kernel. Rows of 32 steps of 128 elements (two chunks of 16, both
+// fp32 channel-first backward on long rows (bwd_cf_stream_kernel): the
+// halo within a 4-element vector (W = 2, 4), a whole vector (W = 5) and
+// from two lanes (W = 6, 8). Rows of 32 steps of 128 elements (two chunks of 16, both
 // row ends in different chunks), and of 33 steps (three chunks of 11, the
 // last step a single vector inside the row), with SiLU, bias and every
 // state tensor on and off.

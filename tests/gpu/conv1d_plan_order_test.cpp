@@ -75,10 +75,10 @@ TEST(Conv1dPlanOrder, FamiliesGetDisjointContiguousRanges) {
   }
 }
 
-// The fp32 backward's long vector rows go to the stream kernel's range up
-// to W = 5 (the halo within a vector) and to the long-row kernel's past it;
-// 16-bit rows go to the stream or walk range at every fast width.
-TEST(Conv1dPlanOrder, BackwardLongRowsGoToTheStreamKernelWhereItTakesTheWidth) {
+// The backward's long vector rows go to the stream kernel's range at every
+// fast width (fp32 past W = 5: the halo from two lanes), or, 16-bit rows
+// this short, to the walk range; none to the scalar kernel's.
+TEST(Conv1dPlanOrder, BackwardLongRowsGoToTheStreamKernelAtEveryWidth) {
   alignas(256) static char arena[1 << 12];
   for (const Pair& pr : {kPairs[0], kPairs[2]}) {
     for (int W = 2; W <= 8; ++W) {
@@ -90,15 +90,13 @@ TEST(Conv1dPlanOrder, BackwardLongRowsGoToTheStreamKernelWhereItTakesTheWidth) {
       for (int r = 0; r < kNumRoles; ++r) s.set(RoleAt(r), arena + 16 * r);
       kernels::Conv1dPlanInfo plan;
       ASSERT_EQ(kernels::Conv1dPlan(p, &s, 1, &plan), hipSuccess);
-      const bool stream = pr.x != kernels::ScalarType::kF32 || W <= 5;
+      const bool walk = pr.x != kernels::ScalarType::kF32;
       EXPECT_EQ(s.vec, 1) << "W=" << W;
-      // 16-bit rows this short are walked a channel per tile (walk range).
-      EXPECT_EQ(plan.stream_tile_end - plan.stream_tile_begin + plan.walk_tile_end -
-                    plan.walk_tile_begin,
-                stream ? plan.total_tiles : 0)
+      EXPECT_EQ(plan.stream_tile_end - plan.stream_tile_begin, walk ? 0 : plan.total_tiles)
           << "W=" << W;
-      EXPECT_EQ(plan.long_tile_end - plan.long_tile_begin, stream ? 0 : plan.total_tiles)
+      EXPECT_EQ(plan.walk_tile_end - plan.walk_tile_begin, walk ? plan.total_tiles : 0)
           << "W=" << W;
+      EXPECT_EQ(plan.long_tile_end - plan.long_tile_begin, 0) << "W=" << W;
       EXPECT_GT(plan.total_tiles, 0);
     }
   }

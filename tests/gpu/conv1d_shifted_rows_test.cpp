@@ -2,8 +2,8 @@
 // long rows whose length is not a whole number of 16-byte vectors, so that
 // most rows start between vector boundaries. Forward: every width of the
 // fast path, every dtype pair, with and without initial/final states.
-// Backward (16-bit types; fp32 at widths whose halo fits within a vector):
-// every width with SiLU, bias and every state tensor cycled. Alone and fused with aligned
+// Backward: every width of the fast path with SiLU, bias and every state
+// tensor cycled. Alone and fused with aligned
 // rows, against the float64 reference; and the planner's choice of path.
 // Skip without a device (the planner test runs everywhere).
 #include <gtest/gtest.h>
@@ -45,16 +45,14 @@ TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
 }
 
 // The backward on the shifted grid: dx, dweight, dbias and
-// dinitial_states against the reference for every width it takes (fp32
-// 2..5, 16-bit 2..8) and every dtype pair, with SiLU, bias and the state
+// dinitial_states against the reference for every width of the fast path and every dtype pair, with SiLU, bias and the state
 // tensors on and off, single-chunk and multi-chunk rows.
 TEST(Conv1dShiftedRows, BackwardEveryWidthAndPairMatchesTheReference) {
   if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
   std::mt19937_64 rng = TestRng();
   uint32_t n = 0;
   for (const Pair& pr : kPairs) {
-    const int max_w = pr.x == ScalarType::kF32 ? 5 : 8;
-    for (int W = 2; W <= max_w; ++W) {
+    for (int W = 2; W <= 8; ++W) {
       for (uint32_t bits : {0x00u, 0x1fu, 0x03u, 0x1cu}) {
         ++n;
         const int64_t L = kLengths[(n * 3) % std::size(kLengths)];
@@ -100,7 +98,6 @@ TEST(Conv1dShiftedRows, BackwardMixedLengthsFusedEqualSeparate) {
   std::mt19937_64 rng = TestRng();
   for (const Pair& pr : {kPairs[0], kPairs[2]}) {
     for (int W : {2, 4, 7}) {
-      if (pr.x == ScalarType::kF32 && W > 4) continue;
       const Conv1dProblem p = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 6, W, 0x1f);
       const std::vector<SegmentData> segs = MixedLengthSegments(p, rng);
       ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, EveryNth(segs.size(), 5)));
@@ -109,9 +106,8 @@ TEST(Conv1dShiftedRows, BackwardMixedLengthsFusedEqualSeparate) {
 }
 
 // The planner puts aligned rows of more than 32 elements and other
-// lengths on the shifted grid (the fp32 backward when its halo fits within
-// a vector); it keeps the staged short rows, whole-vector rows, misaligned
-// tensors and wider fp32 backward filters off it.
+// lengths on the shifted grid, at every fast width; it keeps the staged
+// short rows, whole-vector rows and misaligned tensors off it.
 TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongRowsItCanTake) {
   alignas(16) static float buf[64];
   Conv1dProblem p;
@@ -148,11 +144,13 @@ TEST(Conv1dShiftedRows, PlannerChoosesTheShiftedGridForLongRowsItCanTake) {
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 33, 0, 2), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 5), kernels::kVecShifted);
-  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 6), 0);  // halo past a vector
-  // fp32 backward rows of whole vectors with a halo past a vector: long
-  // rows on the vector path (lanes load their own halos), short ones not.
+  // fp32 halos past a vector (the stream kernel takes them from two
+  // lanes): long rows of whole vectors on the vector path, other rows past
+  // 32 elements, short ones too, on the shifted grid, as in the forward.
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 0, 8), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 4096, 0, 8), 1);
-  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 64, 0, 8), 0);
+  EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 64, 0, 8), kernels::kVecShifted);
+  EXPECT_EQ(plan_vec(KernelOp::kForward, ScalarType::kF32, 64, 0, 8), kernels::kVecShifted);
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 31, 0), 0);
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kF32, 1001, 1), 0);  // misaligned
   EXPECT_EQ(plan_vec(KernelOp::kBackward, ScalarType::kBF16, 4093, 0), kernels::kVecShifted);
