@@ -337,10 +337,18 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   for (int k = 0; k <= W; ++k) v[k] = team_sum(dw[k]);
   if (first) {
     const int64_t d = mod_fast(row, p.dim), b = div_fast(row, p.dim);
-    float* mine = p.partials + seg.ws_partial_offset +
-                  (d * (seg.batch * nchunks) + b * nchunks + chunk) * (W + 1);
+    if (seg.ws_partial_offset < 0) {
+      // kWsDirect: the row is the channel's only one and a single chunk;
+      // 0 + sum, as reduce_dw_kernel would store a single partial.
 #pragma unroll
-    for (int k = 0; k <= W; ++k) mine[k] = v[k];
+      for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + v[k]);
+      if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + v[W]);
+    } else {
+      float* mine = p.partials + seg.ws_partial_offset +
+                    (d * (seg.batch * nchunks) + b * nchunks + chunk) * (W + 1);
+#pragma unroll
+      for (int k = 0; k <= W; ++k) mine[k] = v[k];
+    }
   }
 }
 
@@ -356,7 +364,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
-    if (!is_stream_tile(seg) || seg.ws_partial_offset < 0) continue;
+    if (!is_stream_tile(seg) || seg.ws_partial_offset == kWsWalked) continue;
     const int64_t local = tile - seg.tile_begin;
     const bool shift = seg.vec == kVecShifted;
     BoolSwitch(p.silu, [&](auto silu) {

@@ -12,9 +12,10 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
-// A walked stream segment (ws_partial_offset < 0; the planner: whole rows,
-// and the B rows of a channel together at most kBwdWalkSteps steps): the
-// team of tile d walks rows d, D+d, .. (B-1)*D+d one after the other, the ring
+// A walked stream segment (ws_partial_offset == kWsWalked; the planner:
+// whole rows, and the B rows of a channel together at most kBwdWalkSteps
+// steps): the team of tile d walks rows d, D+d, .. (B-1)*D+d one after the
+// other, the ring
 // running on across the row boundaries, and stores the channel's dweight
 // and dbias itself (no partials, no reduce_dw_kernel). Within a row the
 // steps are those of bwd_cf_stream_team with the chunk being the whole row
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalk
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     // See seg_lines_together.
-    if (!(is_stream_tile(seg) & (seg.ws_partial_offset < 0) & seg_lines_together(seg))) continue;
+    if (!(is_stream_tile(seg) & (seg.ws_partial_offset == kWsWalked) & seg_lines_together(seg))) continue;
     BoolSwitch(p.silu, [&](auto silu) {
       bwd_cf_stream_walk<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     });

@@ -120,6 +120,10 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
       if (bwd && esize == 2 && c.nchunks == 1 && B * steps <= kBwdWalkSteps && !shifted) {
         c.walk = true;
         c.direct = true;
+      } else if (bwd && c.nchunks == 1 && B == 1) {
+        // A tile holds the channel's whole dweight: stored by the stream
+        // kernel itself (kWsDirect), no partials.
+        c.direct = true;
       }
     }
     c.tiles = c.walk ? D : B * D * c.nchunks;
@@ -291,7 +295,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       walk = c.walk;
       tiles += c.tiles;
       if (c.direct) {
-        s.ws_partial_offset = -1;
+        s.ws_partial_offset = c.walk ? kWsWalked : kWsDirect;
       } else if (bwd) {
         floats += c.floats;
         reduce = true;

@@ -80,7 +80,10 @@ struct Conv1dSegment {
   // table; copy the planned table to the device unchanged.
   int64_t tile_begin = 0;         // first work tile of this segment
   int64_t ws_partial_offset = 0;  // float index of its dweight partials;
-                                  // -1: the main kernel stores dweight itself
+                                  // negative: the main kernel stores
+                                  // dweight itself (kWsDirect, or
+                                  // kWsWalked for 16-bit rows walked a
+                                  // channel per tile)
   int64_t source_index = 0;       // the segment's index in the table as
                                   // the caller gave it (Conv1dPlan
                                   // orders the table by kernel family)
@@ -93,6 +96,14 @@ struct Conv1dSegment {
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };
+
+// Conv1dSegment::ws_partial_offset of backward segments with no partials:
+// the short-row and stream kernels store a channel's dweight/dbias
+// themselves when a tile holds all of it (kWsDirect: short rows of B == 1,
+// long rows of B == 1 in one chunk), the walk kernel for the channels it
+// walks (kWsWalked; see Conv1dPlanInfo).
+inline constexpr int64_t kWsWalked = -1;
+inline constexpr int64_t kWsDirect = -2;
 
 // Conv1dSegment::vec of channel-first rows of more than 32 elements that
 // the vector path cannot take as they are (L not a whole number of
@@ -128,10 +139,11 @@ struct Conv1dPlanInfo {
   // short_tile_end); every tile of a long-row vector segment (own
   // kernels) in [stream_tile_begin, stream_tile_end), except in the
   // backward the 16-bit ones walked a channel per tile (ws_partial_offset
-  // < 0, own kernel) in [walk_tile_begin, walk_tile_end); every other tile in
-  // [long_tile_begin, long_tile_end). Update: tiles of vector-path segments
-  // (vec) in the stream range, the others in the long range. An empty
-  // range (begin == end) launches nothing. Other paths: all tiles are long.
+  // == kWsWalked, own kernel) in [walk_tile_begin, walk_tile_end); every
+  // other tile in [long_tile_begin, long_tile_end). Update: tiles of
+  // vector-path segments (vec) in the stream range, the others in the long
+  // range. An empty range (begin == end) launches nothing. Other paths: all
+  // tiles are long.
   int64_t short_tile_begin = 0;
   int64_t short_tile_end = 0;
   int64_t long_tile_begin = 0;

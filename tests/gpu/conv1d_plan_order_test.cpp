@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/gpu/gpu_check.h"
@@ -99,6 +100,39 @@ TEST(Conv1dPlanOrder, BackwardLongRowsGoToTheStreamKernelAtEveryWidth) {
       EXPECT_EQ(plan.long_tile_end - plan.long_tile_begin, 0) << "W=" << W;
       EXPECT_GT(plan.total_tiles, 0);
     }
+  }
+}
+
+// Long backward rows whose channel's dweight one tile holds (B == 1, one
+// chunk) have no partials: the stream kernel stores dweight itself
+// (kWsDirect) and, with no other partials, the launch needs no reduction
+// and no workspace; 16-bit whole-vector rows of that kind are walked
+// (kWsWalked). Two batch rows or two chunks keep their partials.
+TEST(Conv1dPlanOrder, SingleChunkRowsOfOneBatchRowStoreDweightDirectly) {
+  alignas(256) static char arena[1 << 12];
+  struct Case {
+    int pair;
+    int64_t B, L;
+    int64_t ws;  // expected ws_partial_offset: kWsDirect, kWsWalked or 0 (partials)
+  };
+  const Case cases[] = {{0, 1, 4096, kernels::kWsDirect},  {0, 1, 4093, kernels::kWsDirect},
+                        {0, 2, 4096, 0},                    {0, 1, 8192, 0},
+                        {2, 1, 4001, kernels::kWsDirect},  {2, 1, 4096, kernels::kWsWalked},
+                        {2, 1, 8192, 0}};
+  for (const Case& c : cases) {
+    const Conv1dProblem p =
+        MakeProblem(KernelOp::kBackward, kPairs[c.pair], KernelLayout::kChannelFirst, 8, 4, 0x3);
+    Conv1dSegment s;
+    s.batch = c.B;
+    s.seqlen = c.L;
+    for (int r = 0; r < kNumRoles; ++r) s.set(RoleAt(r), arena + 16 * r);
+    kernels::Conv1dPlanInfo plan;
+    ASSERT_EQ(kernels::Conv1dPlan(p, &s, 1, &plan), hipSuccess);
+    const std::string what = "pair " + std::to_string(c.pair) + " B=" + std::to_string(c.B) +
+                             " L=" + std::to_string(c.L);
+    EXPECT_EQ(s.ws_partial_offset, c.ws) << what;
+    EXPECT_EQ(plan.reduce_dw, c.ws < 0 ? 0 : 1) << what;
+    EXPECT_EQ(plan.workspace_bytes == 0, c.ws < 0) << what;
   }
 }
 
