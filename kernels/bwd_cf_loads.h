@@ -8,16 +8,17 @@
 
 namespace conv1d::kernels::dev {
 
-// Slots: per_lane consecutive vectors of one row chunk (slot j of lane l
-// at chunk vector j * kTeam + l), or one vector of each of rows_per_tile
-// short rows. Each
-// lane loads its x vector with W-1 halo elements on both sides and its dout
-// vector with W-1 to the right (halos hit L1), so it can compute g on
-// pos .. pos+N+W-2 and dx on pos .. pos+N-1 without talking to other lanes.
-template <class T, int N, int W>
+// Slots: per_lane consecutive elements of one row chunk (slot j of lane l
+// at chunk element j * kTeam + l), or one element of each of rows_per_tile
+// short rows. Each lane loads its x element with W-1 halo elements on both
+// sides and its dout element with W-1 to the right (halos hit L1), so it
+// can compute g on pos .. pos+N+W-2 and dx on pos .. pos+N-1 (N = 1)
+// without talking to other lanes.
+template <class T, int W>
 __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1dSegment& seg,
-                                            int64_t local, int lane) {
+                                                  int64_t local, int lane) {
   using S = typename T::S;
+  constexpr int N = 1;  // elements per slot
   constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (is_short_tile(seg) || is_stream_tile(seg)) continue;
-    bwd_cf_team_loads<T, 1, W>(p, seg, tile - seg.tile_begin, lane);
+    bwd_cf_team_loads<T, W>(p, seg, tile - seg.tile_begin, lane);
   }
 }
 

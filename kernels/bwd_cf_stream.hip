@@ -16,11 +16,11 @@ using detail::WidthSwitch;
 // Long rows on the vector path (is_stream_tile): a team owns one chunk of a
 // row, per_lane steps of kTeam 16-byte vectors of N elements (8 in 16-bit
 // types, 4 in fp32; lane l holds elements l*N .. l*N+N-1 of a step), and
-// walks the steps in
-// order. x and dout of the next kP steps are in flight while it computes the
-// current one: each lane copies its vectors asynchronously into its own
-// slots of the team's ring `stage` (kP + 1 slots, so the slot being filled
-// was read a step earlier), which keeps them out of registers. Per step:
+// walks the steps in order. x and dout of the next kP steps are in flight
+// while it computes the current one: each lane copies its vectors
+// asynchronously into its own slots of the team's ring `stage` (kP + 1
+// slots, so the slot being filled was read a step earlier), which keeps
+// them out of registers. Per step:
 //  - left x̃ halo of a lane: the previous lane's tail by shuffle; lane 0
 //    gets lane 31's tail of the previous step (lane 31 carries it; before
 //    step 0 it holds the chunk's left halo, loaded directly);

@@ -13,13 +13,14 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
-// Channel-last: thread (tx, ty) of tile (b, time block, channel block) owns
-// channels d0 .. d0+N-1 (the scalar path: N = 1) and time steps t0 ..
-// t0+kSteps-1, in sub-chunks of kSub steps.
-template <class T, int N, int W, int kSub>
+// Channel-last scalar path: thread (tx, ty) of tile (b, time block, channel
+// block) owns channel d0 and time steps t0 .. t0+kSteps-1, in sub-chunks of
+// kSub steps.
+template <class T, int W, int kSub>
 __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegment& seg,
                                               int64_t local, int tx, int ty) {
   using S = typename T::S;
+  constexpr int N = 1;  // channels per thread
   constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
   const int64_t D = p.dim;
   const int64_t L = seg.seqlen;
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::FwdClTraits<sizeof
         fwd_cl_ring<T, N, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, ring);
       });
     } else {
-      fwd_cl_thread<T, 1, W, 8>(p, seg, tile - seg.tile_begin, tx, ty);  // windows of 8 steps
+      fwd_cl_thread<T, W, 8>(p, seg, tile - seg.tile_begin, tx, ty);  // windows of 8 steps
     }
   }
 }
