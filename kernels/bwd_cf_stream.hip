@@ -338,11 +338,8 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   if (first) {
     const int64_t d = mod_fast(row, p.dim), b = div_fast(row, p.dim);
     if (seg.ws_partial_offset < 0) {
-      // kWsDirect: the row is the channel's only one and a single chunk;
-      // 0 + sum, as reduce_dw_kernel would store a single partial.
-#pragma unroll
-      for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + v[k]);
-      if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + v[W]);
+      // kWsDirect: the row is the channel's only one and a single chunk.
+      store_channel_dw<W>(p, seg, d, v);
     } else {
       float* mine = p.partials + seg.ws_partial_offset +
                     (d * (seg.batch * nchunks) + b * nchunks + chunk) * (W + 1);

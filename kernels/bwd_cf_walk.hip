@@ -15,9 +15,9 @@ using detail::WidthSwitch;
 // A walked stream segment (ws_partial_offset == kWsWalked; the planner:
 // whole rows, and the B rows of a channel together at most kBwdWalkSteps
 // steps): the team of tile d walks rows d, D+d, .. (B-1)*D+d one after the
-// other, the ring
-// running on across the row boundaries, and stores the channel's dweight
-// and dbias itself (no partials, no reduce_dw_kernel). Within a row the
+// other, the ring running on across the row boundaries, and stores the
+// channel's dweight and dbias itself (no partials, no reduce_dw_kernel).
+// Within a row the
 // steps are those of bwd_cf_stream_team with the chunk being the whole row
 // (no tail group: g past the row is zero). dweight/dbias: per lane over all
 // steps of all rows in order, then one team sum; 0 + sum as reduce_dw_kernel
@@ -191,11 +191,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
   float v[W + 1];
 #pragma unroll
   for (int k = 0; k <= W; ++k) v[k] = team_sum(dw[k]);
-  if (first) {
-#pragma unroll
-    for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + v[k]);
-    if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + v[W]);
-  }
+  if (first) store_channel_dw<W>(p, seg, d, v);
 }
 
 // The walk range: bwd_cf_stream_walk, a channel per tile (its own kernel, so

@@ -19,6 +19,17 @@ __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
   return silu ? silu_backward_f(dout, z) : dout;
 }
 
+// A channel's dweight/dbias (v[W] the bias) stored by the kernel that
+// summed all of it (the walk; the stream backward's kWsDirect rows): 0 +
+// sum, the bytes reduce_dw_kernel stores from a single partial.
+template <int W>
+__device__ __forceinline__ void store_channel_dw(const KParams& p, const Conv1dSegment& seg,
+                                                 int64_t d, const float (&v)[W + 1]) {
+#pragma unroll
+  for (int k = 0; k < W; ++k) store_any(seg.out(Role::kDweight), d * W + k, p.gwtype, 0.0f + v[k]);
+  if (p.has_bias) store_any(seg.out(Role::kDbias), d, p.gwtype, 0.0f + v[W]);
+}
+
 // The dx of a lane's element e from g: the sum over taps k of w[k] times g
 // at e + W-1-k, from the lane's own vector g (N elements) or, past it,
 // its right halo gn (g at the next W-1 positions). e is a compile-time

@@ -110,8 +110,7 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
       // k*StreamSteps steps, the row's steps spread evenly over them; or,
       // 16-bit backward, when the B rows of a channel are single chunks and
       // short enough together, one team per channel walking them (walk;
-      // marked by ws_partial_offset = -1, which no other long-row segment
-      // has).
+      // marked kWsWalked, which no other long-row segment has).
       const int64_t steps = CeilDiv(nvec, kTeam);
       const int64_t cap = bwd ? BwdStreamSteps(static_cast<int>(esize)) : kFwdStreamSteps;
       const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));

@@ -192,8 +192,8 @@ TEST(Conv1dGpu, BackwardLongRowSteps) {
 
 // fp32 channel-first backward on long rows (bwd_cf_stream_kernel): the
 // halo within a 4-element vector (W = 2, 4), a whole vector (W = 5) and
-// from two lanes (W = 6, 8). Rows of 32 steps of 128 elements (two chunks of 16, both
-// row ends in different chunks), and of 33 steps (three chunks of 11, the
+// from two lanes (W = 6, 8). Rows of 32 steps of 128 elements (one chunk
+// holding both row ends), and of 33 steps (chunks of 17 and 16 steps, the
 // last step a single vector inside the row), with SiLU, bias and every
 // state tensor on and off.
 TEST(Conv1dGpu, BackwardFp32LongRowSteps) {

@@ -3,8 +3,8 @@
 // most rows start between vector boundaries. Forward: every width of the
 // fast path, every dtype pair, with and without initial/final states.
 // Backward: every width of the fast path with SiLU, bias and every state
-// tensor cycled. Alone and fused with aligned
-// rows, against the float64 reference; and the planner's choice of path.
+// tensor cycled. Alone and fused with aligned rows, against the float64
+// reference; and the planner's choice of path.
 // Skip without a device (the planner test runs everywhere).
 #include <gtest/gtest.h>
 
@@ -45,8 +45,9 @@ TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
 }
 
 // The backward on the shifted grid: dx, dweight, dbias and
-// dinitial_states against the reference for every width of the fast path and every dtype pair, with SiLU, bias and the state
-// tensors on and off, single-chunk and multi-chunk rows.
+// dinitial_states against the reference for every width of the fast path
+// and every dtype pair, with SiLU, bias and the state tensors on and off,
+// single-chunk and multi-chunk rows.
 TEST(Conv1dShiftedRows, BackwardEveryWidthAndPairMatchesTheReference) {
   if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
   std::mt19937_64 rng = TestRng();
