@@ -16,9 +16,6 @@
 // malformed or cannot be bound (port taken); 1: the server could not start.
 #include <pthread.h>
 #include <signal.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include <cmath>
 #include <cstdlib>
@@ -43,6 +40,7 @@
 #include "server/logging/access_log.h"
 #include "server/logging/log_setup.h"
 #include "server/util/command_line.h"
+#include "server/util/malloc_settings.h"
 #include "server/util/program_errors.h"
 #include "spdlog/spdlog.h"
 
@@ -175,6 +173,12 @@ ABSL_FLAG(int32_t, malloc_arena_max, 8,
           "threads that each get an arena hold on to freed message buffers, so "
           "resident memory climbs for minutes under load; a cap keeps it flat. "
           "The MALLOC_ARENA_MAX environment variable, when set, wins");
+ABSL_FLAG(int64_t, malloc_trim_threshold, int64_t{1} << 20,
+          "free bytes at the top of a glibc malloc heap above which freeing "
+          "returns them to the system (0 = glibc's default, which grows to 64 "
+          "MiB after large requests and then keeps up to that much per arena "
+          "resident); 0..2147483647. The MALLOC_TRIM_THRESHOLD_ environment "
+          "variable, when set, wins");
 ABSL_FLAG(std::string, access_log, "",
           "file to append one line per finished request to (peer, method, "
           "request id, code, latency, bytes; in --log_format); '-' = stderr; "
@@ -184,21 +188,6 @@ namespace {
 
 constexpr conv1d::ProgramErrors kErrors{"conv1d_server"};
 
-// Caps glibc's malloc arenas at `n` (0: leaves glibc's default) unless the
-// environment sets MALLOC_ARENA_MAX; returns what is in effect, for the
-// startup line. Call before the server starts its threads.
-std::string ApplyMallocArenaMax(int32_t n) {
-  if (const char* env = std::getenv("MALLOC_ARENA_MAX"); env != nullptr && *env != '\0') {
-    return absl::StrCat(env, " (MALLOC_ARENA_MAX)");
-  }
-  if (n == 0) return "default";
-#ifdef __GLIBC__
-  if (mallopt(M_ARENA_MAX, n) == 1) return absl::StrCat(n);
-  return "default (mallopt refused the cap)";
-#else
-  return "default (not glibc)";
-#endif
-}
 
 bool IsHelpFlagFile(absl::string_view path) {
   return absl::StrContains(path, "server/main.cc");
@@ -274,7 +263,13 @@ int main(int argc, char** argv) {
     return kErrors.UsageError(
         absl::StrCat("--malloc_arena_max: ", arena_max, " is outside 0..1024"));
   }
-  const std::string arenas = ApplyMallocArenaMax(arena_max);
+  const std::string arenas = conv1d::ApplyMallocArenaMax(arena_max);
+  const int64_t trim_threshold = absl::GetFlag(FLAGS_malloc_trim_threshold);
+  if (trim_threshold < 0 || trim_threshold > conv1d::kMaxMallocTrimThreshold) {
+    return kErrors.UsageError(absl::StrCat("--malloc_trim_threshold: ", trim_threshold,
+                                           " is outside 0..", conv1d::kMaxMallocTrimThreshold));
+  }
+  const std::string trim = conv1d::ApplyMallocTrimThreshold(trim_threshold);
 
   // Whole milliseconds, as gRPC takes them; a positive age below 1 ms would
   // round to 0, which means "never", so it is refused instead.
@@ -376,7 +371,7 @@ int main(int argc, char** argv) {
       "completion_threads={} completion_chunk={} host_pool_bytes={} host_tensors={} host_tensor_min_bytes={} "
       "max_message_bytes={} max_request_bytes={} max_inflight_bytes={} drain_timeout_s={} "
       "drain_grace_ms={} max_connection_age_s={} max_connection_age_grace_s={} "
-      "log_level={} log_format={} access_log={} malloc_arena_max={}",
+      "log_level={} log_format={} access_log={} malloc_arena_max={} malloc_trim_threshold={}",
       conv1d::ServerVersion(), s.backend().name(), absl::StrJoin(s.devices(), ", "),
       absl::GetFlag(FLAGS_listen), s.bound_port(), absl::GetFlag(FLAGS_metrics_listen),
       metrics, s.backend().num_lanes(), absl::GetFlag(FLAGS_threads),
@@ -388,7 +383,7 @@ int main(int argc, char** argv) {
       s.max_inflight_bytes(),
       drain_timeout_s, drain_grace_ms, absl::GetFlag(FLAGS_max_connection_age_s),
       absl::GetFlag(FLAGS_max_connection_age_grace_s), level_name, format_name,
-      access_log_path.empty() ? "off" : access_log_path, arenas);
+      access_log_path.empty() ? "off" : access_log_path, arenas, trim);
   spdlog::info("security: tls={} client_ca={} metrics_tls={} auth={} auth_health_open={}",
                absl::GetFlag(FLAGS_tls_cert).empty() ? "off" : absl::GetFlag(FLAGS_tls_cert),
                absl::GetFlag(FLAGS_tls_client_ca).empty() ? "off"

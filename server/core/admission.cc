@@ -26,8 +26,10 @@ constexpr absl::Duration kTrimDelay = absl::Milliseconds(100);
 constexpr absl::Duration kHeapCheckPeriod = absl::Milliseconds(500);
 
 // Free heap bytes, beyond those already free at the last trim, that make
-// the periodic look trim.
-constexpr int64_t kHeapGrowthBytes = int64_t{8} << 20;
+// the periodic look trim: small, so that buffers freed after a burst's trim
+// (a refusal counts its bytes before the transport frees them) do not stay
+// resident; at most two trims a second of about a millisecond per GiB.
+constexpr int64_t kHeapGrowthBytes = int64_t{1} << 20;
 
 // Free bytes held in malloc's heap; 0 where that cannot be known.
 int64_t FreeHeapBytes() {

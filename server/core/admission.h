@@ -12,7 +12,7 @@
 //
 // Freed request buffers stay in glibc's heap unless trimmed: after
 // trim_after_released_bytes have been released or refused, or whenever the
-// heap's free bytes grew by 8 MiB (looked at twice a second), a background
+// heap's free bytes grew by 1 MiB (looked at twice a second), a background
 // thread returns free heap pages to the system (malloc_trim), so a server
 // that went idle after a burst of large requests is back near its idle
 // resident size.

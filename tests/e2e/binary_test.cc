@@ -33,7 +33,7 @@ TEST(ServerBinary, HelpListsTheFlags) {
         "--max_connection_age_s", "--max_connection_age_grace_s",
         "--log_level", "--log_format", "--access_log", "--completion_threads", "--completion_chunk",
         "--host_pool_bytes", "--host_tensors", "--host_tensor_min_bytes",
-        "--malloc_arena_max", "--tls_cert", "--tls_key", "--tls_client_ca",
+        "--malloc_arena_max", "--malloc_trim_threshold", "--tls_cert", "--tls_key", "--tls_client_ca",
         "--tls_reload_interval_s", "--metrics_tls_cert", "--metrics_tls_key",
         "--metrics_tls_client_ca", "--auth_tokens_file", "--auth_health_open", "--max_inflight_bytes"}) {
     EXPECT_THAT(out, HasSubstr(flag));
@@ -59,6 +59,9 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
       {{"--host_pool_bytes=-2"}, "host_pool_bytes"},
       {{"--drain_timeout_s=-1"}, "--drain_timeout_s"},
       {{"--malloc_arena_max=-1"}, "--malloc_arena_max: -1 is outside 0..1024"},
+      {{"--malloc_trim_threshold=-1"}, "--malloc_trim_threshold: -1 is outside 0..2147483647"},
+      {{"--malloc_trim_threshold=4294967296"},
+       "--malloc_trim_threshold: 4294967296 is outside 0..2147483647"},
       {{"--max_connection_age_s=-1"}, "--max_connection_age_s: -1"},
       {{"--max_connection_age_s=3000000"}, "--max_connection_age_s: 3e+06"},
       {{"--max_connection_age_grace_s=0.0001"}, "--max_connection_age_grace_s: 0.0001"},
@@ -157,26 +160,36 @@ TEST(ServerBinary, SigtermDrainsInFlightRequestsAndExitsZero) {
             grpc::StatusCode::UNAVAILABLE);
 }
 
-// The startup line names the malloc arena cap in effect: the flag's, none
-// for 0, or the environment's MALLOC_ARENA_MAX, which wins.
-TEST(ServerBinary, StartupLineNamesTheMallocArenaCapInEffect) {
+// The startup line names the malloc settings in effect: the flag's value,
+// "default" for 0, or the environment's variable, which wins.
+TEST(ServerBinary, StartupLineNamesTheMallocSettingsInEffect) {
 #if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer replaces malloc: glibc's arena cap does not apply";
+  GTEST_SKIP() << "AddressSanitizer replaces malloc: glibc's settings do not apply";
 #endif
-  const char* saved = std::getenv("MALLOC_ARENA_MAX");
-  const std::string saved_value = saved != nullptr ? saved : "";
   struct Case {
-    const char* env;  // nullptr: unset
+    const char* var;    // the environment variable glibc reads
+    const char* value;  // nullptr: unset
     const char* flag;
     const char* want;
   };
-  for (const Case& c : {Case{nullptr, "--malloc_arena_max=3", "malloc_arena_max=3"},
-                        Case{nullptr, "--malloc_arena_max=0", "malloc_arena_max=default"},
-                        Case{"2", "--malloc_arena_max=3", "malloc_arena_max=2 (MALLOC_ARENA_MAX)"}}) {
-    if (c.env != nullptr) {
-      setenv("MALLOC_ARENA_MAX", c.env, 1);
+  const Case cases[] = {
+      {"MALLOC_ARENA_MAX", nullptr, "--malloc_arena_max=3", "malloc_arena_max=3"},
+      {"MALLOC_ARENA_MAX", nullptr, "--malloc_arena_max=0", "malloc_arena_max=default"},
+      {"MALLOC_ARENA_MAX", "2", "--malloc_arena_max=3", "malloc_arena_max=2 (MALLOC_ARENA_MAX)"},
+      {"MALLOC_TRIM_THRESHOLD_", nullptr, "--malloc_trim_threshold=2097152",
+       "malloc_trim_threshold=2097152"},
+      {"MALLOC_TRIM_THRESHOLD_", nullptr, "--malloc_trim_threshold=0",
+       "malloc_trim_threshold=default"},
+      {"MALLOC_TRIM_THRESHOLD_", "4194304", "--malloc_trim_threshold=2097152",
+       "malloc_trim_threshold=4194304 (MALLOC_TRIM_THRESHOLD_)"},
+  };
+  for (const Case& c : cases) {
+    const char* saved = std::getenv(c.var);
+    const std::string saved_value = saved != nullptr ? saved : "";
+    if (c.value != nullptr) {
+      setenv(c.var, c.value, 1);
     } else {
-      unsetenv("MALLOC_ARENA_MAX");
+      unsetenv(c.var);
     }
     ServerProcess p({"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=echo",
                      "--drain_grace_ms=0", c.flag});
@@ -185,11 +198,11 @@ TEST(ServerBinary, StartupLineNamesTheMallocArenaCapInEffect) {
     EXPECT_THAT(p.Log(), HasSubstr(c.want)) << c.flag;
     ASSERT_EQ(kill(p.pid(), SIGTERM), 0);
     EXPECT_EQ(p.Wait(absl::Seconds(30)), 0) << p.Log();
-  }
-  if (saved != nullptr) {
-    setenv("MALLOC_ARENA_MAX", saved_value.c_str(), 1);
-  } else {
-    unsetenv("MALLOC_ARENA_MAX");
+    if (saved != nullptr) {
+      setenv(c.var, saved_value.c_str(), 1);
+    } else {
+      unsetenv(c.var);
+    }
   }
 }
 
