@@ -8,7 +8,11 @@
 // ours. Beside each case it also times a device-to-device copy of the
 // case's own bytes (half read, half written, rotated over as many buffers
 // as the case), so that the fixed cost a launch of that size pays is
-// visible: pct_of_size_copy = that copy's time over the case's time.
+// visible: pct_of_size_copy = that copy's time over the case's time; and
+// one batched-copy launch (kernels/batch_copy.h) moving the same bytes over
+// as many separate ranges as the case has segments, each of its segment's
+// size: pct_of_batch_copy = that launch's time over the case's time, what a
+// plain copy kernel achieves on the case's ragged layout in one launch.
 // Usage: conv1d_kernel_bench [out.csv] [--quick] [--only=CASE/DTYPE/OP[,...]]
 // (--only runs the listed cases, e.g. for a profiler).
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/batch_copy.h"
 #include "kernels/conv1d_kernels.h"
 
 namespace {
@@ -291,10 +296,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot write %s\n", out_path.c_str());
     return 1;
   }
-  std::fprintf(csv, "case,dtype,op,median_us,gbps,pct_of_copy,size_copy_us,pct_of_size_copy\n");
+  std::fprintf(csv,
+               "case,dtype,op,median_us,gbps,pct_of_copy,size_copy_us,pct_of_size_copy,"
+               "batch_copy_us,pct_of_batch_copy\n");
   std::printf("device %s, copy ceiling %.0f GB/s (1 GiB D2D, %.1f us)\n", prop.name, copy_gbps, copy_us);
-  std::printf("%-16s %-5s %-7s %10s %8s %7s %9s %12s %10s\n", "case", "dtype", "op", "median_us",
-              "GB/s", "%copy", "upstream%", "size_copy_us", "%sizecopy");
+  std::printf("%-16s %-5s %-7s %10s %8s %7s %9s %12s %10s %13s %11s\n", "case", "dtype", "op",
+              "median_us", "GB/s", "%copy", "upstream%", "size_copy_us", "%sizecopy",
+              "batch_copy_us", "%batchcopy");
   for (const Case& c : cases) {
     const char* dt = c.type == F32 ? "fp32" : "bf16";
     const char* op = c.op == FWD ? "fwd" : c.op == BWD ? "bwd" : "update";
@@ -351,16 +359,49 @@ int main(int argc, char** argv) {
       CHECK(hipFree(src[i]));
       CHECK(hipFree(dst[i]));
     }
+    // The same bytes in one batched-copy launch, a range per segment of
+    // half its bytes (16-byte multiples, so the copy moves whole vectors),
+    // rotated over `copies` sets of ranges.
+    std::vector<void*> copy_bufs;
+    std::vector<BatchCopyChunk*> tables(copies);
+    std::vector<int32_t> counts(copies, 0);
+    for (int i = 0; i < copies; ++i) {
+      std::vector<BatchCopyChunk> table;
+      for (int64_t l : SegLengths(c)) {
+        const int64_t seg_bytes = c.nseg == 1 ? bytes : bytes / n * c.B * c.D * l;
+        const int64_t seg_half = (seg_bytes / 2 + 15) / 16 * 16;
+        void* from = DevAlloc(seg_half);
+        void* to = DevAlloc(seg_half);
+        copy_bufs.push_back(from);
+        copy_bufs.push_back(to);
+        CHECK(hipMemset(from, 1, seg_half));
+        table.resize(counts[i] + BatchCopyChunksFor(seg_half));
+        CHECK(BatchCopyAppend(table.data(), static_cast<int32_t>(table.size()), &counts[i], from,
+                              to, seg_half)
+                  ? hipSuccess
+                  : hipErrorInvalidValue);
+      }
+      tables[i] = static_cast<BatchCopyChunk*>(DevAlloc(counts[i] * sizeof(BatchCopyChunk)));
+      copy_bufs.push_back(tables[i]);
+      CHECK(hipMemcpy(tables[i], table.data(), counts[i] * sizeof(BatchCopyChunk),
+                      hipMemcpyHostToDevice));
+    }
+    const double batch_copy_us = TimeIt(
+        [&](int i) { CHECK(BatchCopyRun(tables[i % copies], counts[i % copies], nullptr)); }, 5,
+        iters);
+    for (void* b : copy_bufs) CHECK(hipFree(b));
     const double gbps = bytes / (us * 1e3);
     const double pct = 100.0 * gbps / copy_gbps;
     const double pct_size = 100.0 * size_copy_us / us;
-    std::fprintf(csv, "%s,%s,%s,%.2f,%.1f,%.1f,%.2f,%.1f\n", c.name.c_str(), dt, op, us, gbps, pct,
-                 size_copy_us, pct_size);
+    const double pct_batch = 100.0 * batch_copy_us / us;
+    std::fprintf(csv, "%s,%s,%s,%.2f,%.1f,%.1f,%.2f,%.1f,%.2f,%.1f\n", c.name.c_str(), dt, op, us,
+                 gbps, pct, size_copy_us, pct_size, batch_copy_us, pct_batch);
     const double up = h200 ? c.upstream_h200 : c.upstream_h100;
     char upbuf[16] = "-";
     if (up > 0) std::snprintf(upbuf, sizeof upbuf, "%.1f", up);
-    std::printf("%-16s %-5s %-7s %10.2f %8.1f %7.1f %9s %12.2f %10.1f\n", c.name.c_str(), dt, op,
-                us, gbps, pct, upbuf, size_copy_us, pct_size);
+    std::printf("%-16s %-5s %-7s %10.2f %8.1f %7.1f %9s %12.2f %10.1f %13.2f %11.1f\n",
+                c.name.c_str(), dt, op, us, gbps, pct, upbuf, size_copy_us, pct_size, batch_copy_us,
+                pct_batch);
     std::fflush(stdout);
   }
   std::fclose(csv);
