@@ -47,21 +47,24 @@ struct FwdCfTraits {
   static constexpr int kMinBlocks = W <= 4 ? 3 : 2;
 };
 
-// Forward of 16-bit long rows on the vector path (fwd_cf_stream_kernel): a
-// team walks one chunk of a row, per_lane steps of kTeam vectors, with the
-// loads of the next kPrefetch steps in flight (asynchronous copies into a
-// shared-memory ring of kPrefetch + 1 slots of 512 B per team, 28 KiB per
+// Forward of long rows on the vector path (fwd_cf_stream_kernel): a team
+// walks one chunk of a row, per_lane steps of kTeam vectors, with the loads
+// of the next kPrefetch steps in flight (asynchronous copies into a
+// shared-memory ring of kPrefetch + 1 slots of 512 B per team, 14 KiB per
 // block at 6); chunks of at most kSteps steps (16: each chunk pays a
 // segment lookup, a ring fill and its weights, which on H200 cost more than
-// the extra teams of 8-step chunks gained); kTeams teams per block; 4
-// blocks per SM (64 registers) up to W = 3, 3 (80) up to W = 6, 2 past
-// it: at 64 registers W = 4..6 spilled 8-96 bytes.
+// the extra teams of 8-step chunks gained); kTeams teams per block (4,
+// 128 threads: a block that finishes frees its share of the SM sooner than
+// one of 8 teams; on H200 +2 points on 4x2048x2048 bf16 and on the
+// mixed-length launch, -0.5 on 8x4096x4096 fp32); 8 blocks per SM (64
+// registers) up to W = 3, 6 (80) up to W = 6, 4 past it: at 64 registers
+// W = 4..6 spilled 8-96 bytes.
 template <int W>
 struct FwdStreamTraits {
   static constexpr int kSteps = 16;
   static constexpr int kPrefetch = 6;
-  static constexpr int kMinBlocks = W <= 3 ? 4 : W <= 6 ? 3 : 2;
-  static constexpr int kTeams = 8;
+  static constexpr int kMinBlocks = W <= 3 ? 8 : W <= 6 ? 6 : 4;
+  static constexpr int kTeams = 4;
   static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
 };
 
