@@ -19,7 +19,7 @@ __device__ __forceinline__ void bwd_cf_team_loads(const KParams& p, const Conv1d
                                                   int64_t local, int lane) {
   using S = typename T::S;
   constexpr int N = 1;  // elements per slot
-  constexpr int kMax = detail::MaxPerLaneBwd(sizeof(typename T::S), W);
+  constexpr int kMax = detail::MaxPerLaneBwd(W);
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
   const int V = seg.per_lane;

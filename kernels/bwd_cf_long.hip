@@ -17,7 +17,7 @@ using detail::WidthSwitch;
 
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
-                                  (detail::BwdCfTraits<sizeof(typename T::S), W>::kMinBlocks)) bwd_cf_kernel(KParams p) {
+                                  detail::BwdCfTraits<W>::kMinBlocks) bwd_cf_kernel(KParams p) {
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;

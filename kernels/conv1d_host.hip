@@ -81,7 +81,7 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
   const int64_t ne = 16 / esize;
   CfLayout c;
   const int64_t n_el = vec ? ne : 1;
-  const int64_t max_v = bwd ? MaxPerLaneBwd(static_cast<int>(esize), p.width) : kMaxPerLaneFwd;
+  const int64_t max_v = bwd ? MaxPerLaneBwd(p.width) : kMaxPerLaneFwd;
   const int64_t nvec = CeilDiv(L, n_el);
   const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
   c.per_lane = static_cast<int32_t>(v);

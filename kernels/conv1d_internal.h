@@ -92,8 +92,9 @@ struct FwdShortTraits {
 
 // Backward, channel-first scalar path (bwd_cf_kernel): slots (elements)
 // per lane, 4 up to W = 4; wider filters hold more halo and weights per
-// slot, so 2 slots.
-template <int kElemBytes, int W>
+// slot, so 2 slots. A slot holds one element of any type (its registers are
+// floats), so the element size does not enter.
+template <int W>
 struct BwdCfTraits {
   static constexpr int kMaxPerLane = W <= 4 ? 4 : 2;
   static constexpr int kMinBlocks = 2;
@@ -205,8 +206,8 @@ inline constexpr int kUpdBlock = 128;
 
 // The names the kernels and the planner use.
 inline constexpr int kMaxPerLaneFwd = FwdCfTraits<4>::kMaxPerLane;
-constexpr int MaxPerLaneBwd(int elem_bytes, int width) {
-  return width <= 4 ? BwdCfTraits<4, 4>::kMaxPerLane : BwdCfTraits<4, 8>::kMaxPerLane;
+constexpr int MaxPerLaneBwd(int width) {
+  return width <= 4 ? BwdCfTraits<4>::kMaxPerLane : BwdCfTraits<8>::kMaxPerLane;
 }
 constexpr int BwdStreamSteps(int elem_bytes) {
   return elem_bytes == 4 ? BwdStreamTraits::kStepsF32 : BwdStreamTraits::kSteps;
