@@ -40,7 +40,8 @@ std::string ApplyMallocTrimThreshold(int64_t bytes) {
   if (bytes == 0) return "default";
 #ifdef __GLIBC__
   constexpr int kMmapThreshold = 32 << 20;
-  if (EnvValue("MALLOC_MMAP_THRESHOLD_") == nullptr && mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1) {
+  if (EnvValue("MALLOC_MMAP_THRESHOLD_") == nullptr &&
+      mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1) {
     return "default (mallopt refused the mmap threshold)";
   }
   if (mallopt(M_TRIM_THRESHOLD, static_cast<int>(bytes)) == 1) return absl::StrCat(bytes);
