@@ -188,7 +188,6 @@ namespace {
 
 constexpr conv1d::ProgramErrors kErrors{"conv1d_server"};
 
-
 bool IsHelpFlagFile(absl::string_view path) {
   return absl::StrContains(path, "server/main.cc");
 }
