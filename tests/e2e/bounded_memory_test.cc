@@ -175,6 +175,21 @@ TEST(BoundedMemory, ShapeBombIsInvalidArgumentAndPeakMemoryStaysUnderTwiceItsSiz
   }
 }
 
+// Runs fn(i, channel) for i in 0 .. n-1 on n threads at once, each with a
+// connection of its own, as n separate clients would; returns when all are
+// done.
+template <class F>
+void OnSeparateClients(int port, int n, F fn) {
+  std::vector<std::thread> clients;
+  for (int i = 0; i < n; ++i) {
+    clients.emplace_back([&, i] {
+      auto own = MakeChannel(absl::StrCat("127.0.0.1:", port), /*fresh=*/true);
+      fn(i, own.get());
+    });
+  }
+  for (std::thread& t : clients) t.join();
+}
+
 // Eight concurrent requests of `request_bytes` against a server admitting
 // `limit_bytes`: all refused, the server then serves and its resident size
 // returns to within 10 % of idle.
@@ -190,16 +205,11 @@ void RefusedBurstReleasesItsMemory(int64_t request_bytes, int64_t limit_bytes) {
   // (their threads, malloc arenas and transport state): what the burst
   // may not leave behind is its bytes.
   {
-    std::vector<std::thread> warm;
     std::vector<int> ok(kClients, 0);
-    for (int i = 0; i < kClients; ++i) {
-      warm.emplace_back([&, i] {
-        auto own = MakeChannel(absl::StrCat("127.0.0.1:", port), /*fresh=*/true);
-        Rng own_rng(100 + i);
-        for (int k = 0; k < 5; ++k) ok[i] += ForwardRaw(own.get(), SmallForward(&own_rng)).ok();
-      });
-    }
-    for (std::thread& t : warm) t.join();
+    OnSeparateClients(port, kClients, [&](int i, grpc::Channel* own) {
+      Rng own_rng(100 + i);
+      for (int k = 0; k < 5; ++k) ok[i] += ForwardRaw(own, SmallForward(&own_rng)).ok();
+    });
     for (int i = 0; i < kClients; ++i) ASSERT_EQ(ok[i], 5) << i;
   }
   Rng rng(11);
@@ -224,15 +234,8 @@ void RefusedBurstReleasesItsMemory(int64_t request_bytes, int64_t limit_bytes) {
   const std::string bytes = big.SerializeAsString();
   big.Clear();
   std::vector<grpc::Status> results(kClients);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&, i] {
-      // One connection each, as eight separate clients would have.
-      auto own = MakeChannel(absl::StrCat("127.0.0.1:", port), /*fresh=*/true);
-      results[i] = ForwardRaw(own.get(), bytes);
-    });
-  }
-  for (std::thread& t : clients) t.join();
+  OnSeparateClients(port, kClients,
+                    [&](int i, grpc::Channel* own) { results[i] = ForwardRaw(own, bytes); });
   // Refused by the service (RESOURCE_EXHAUSTED naming max_inflight_bytes)
   // or, for a message larger than the transport's quota, by the transport
   // before the whole message arrived: RST_STREAM (RESOURCE_EXHAUSTED) or a
