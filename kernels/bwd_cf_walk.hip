@@ -17,11 +17,10 @@ using detail::WidthSwitch;
 // steps): the team of tile d walks rows d, D+d, .. (B-1)*D+d one after the
 // other, the ring running on across the row boundaries, and stores the
 // channel's dweight and dbias itself (no partials, no reduce_dw_kernel).
-// Within a row the
-// steps are those of bwd_cf_stream_team with the chunk being the whole row
-// (no tail group: g past the row is zero). dweight/dbias: per lane over all
-// steps of all rows in order, then one team sum; 0 + sum as reduce_dw_kernel
-// would store a single partial.
+// Within a row the steps are those of bwd_cf_stream_team with the chunk
+// being the whole row (no tail group: g past the row is zero).
+// dweight/dbias: per lane over all steps of all rows in order, then one
+// team sum, stored by store_channel_dw.
 template <class T, int W, bool kSilu>
 __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1dSegment& seg,
                                                    int64_t d, int lane, uint4 (*stage)[2][kTeam]) {
