@@ -25,10 +25,11 @@ constexpr absl::Duration kTrimDelay = absl::Milliseconds(100);
 // trim due.
 constexpr absl::Duration kHeapCheckPeriod = absl::Milliseconds(500);
 
-// Free heap bytes, beyond those already free at the last trim, that make
-// the periodic look trim: small, so that buffers freed after a burst's trim
-// (a refusal counts its bytes before the transport frees them) do not stay
-// resident; at most two trims a second of about a millisecond per GiB.
+// Growth since the last trim, of the heap's free bytes or of the resident
+// size, that makes the periodic look trim: small, so that buffers freed
+// after a burst's trim (a refusal counts its bytes before the transport
+// frees them) do not stay resident; at most two trims a second of about a
+// millisecond per GiB.
 constexpr int64_t kHeapGrowthBytes = int64_t{1} << 20;
 
 // Free bytes held in malloc's heap; 0 where that cannot be known.
@@ -38,6 +39,16 @@ int64_t FreeHeapBytes() {
 #else
   return 0;
 #endif
+}
+
+// This process's resident size in bytes; -1 where /proc cannot tell.
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t total_pages = 0;
+  int64_t resident_pages = 0;
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (!(in >> total_pages >> resident_pages) || page_size <= 0) return -1;
+  return resident_pages * page_size;
 }
 
 // cgroup v2's limit of this process's group; -1 when unlimited or unknown.
@@ -142,6 +153,7 @@ void ByteAdmission::NoteFreed(int64_t bytes) {
   if (trim_after_released_bytes_ == 0 || bytes <= 0) return;
   absl::MutexLock lock(&mu_);
   released_since_trim_ += bytes;
+  ++releases_;
 }
 
 int64_t ByteAdmission::trims() const {
@@ -155,6 +167,9 @@ void ByteAdmission::TrimLoop() {
     return stop_ || released_since_trim_ >= trim_after_released_bytes_;
   };
   int64_t free_after_trim = FreeHeapBytes();
+  int64_t resident_after_trim = ResidentBytes();
+  int64_t releases_at_trim = releases_;
+  int64_t releases_at_look = releases_;
   while (true) {
     // Released reservations make a trim due at once; memory freed where no
     // reservation sees it (a stream the transport cancelled over its quota)
@@ -167,17 +182,34 @@ void ByteAdmission::TrimLoop() {
     }
     const bool due_now = released_since_trim_ >= trim_after_released_bytes_;
     released_since_trim_ = 0;
+    // Quiet after releases: none since the last look, some since the last
+    // trim. Unlike the heap's figures below this cannot be masked (free
+    // bytes here hidden by a heap shrinking there); it trims once as a
+    // burst ends.
+    const int64_t releases = releases_;
+    const bool went_quiet = releases == releases_at_look && releases != releases_at_trim;
+    releases_at_look = releases;
     mu_.Unlock();
     // Trimmed pages still count as free in malloc's figures: what matters
-    // is how much more is free than after the last trim.
+    // is how much more is free than after the last trim. That alone misses
+    // trimmed pages that were allocated again (touched, resident) and freed
+    // between two looks: the free bytes are back where they were, the pages
+    // are resident. The resident size sees those.
     const int64_t free_bytes = FreeHeapBytes();
-    const bool trim = due_now || free_bytes >= free_after_trim + kHeapGrowthBytes;
+    const int64_t resident = ResidentBytes();
+    const bool trim = due_now || went_quiet ||
+                      free_bytes >= free_after_trim + kHeapGrowthBytes ||
+                      (resident >= 0 && resident >= resident_after_trim + kHeapGrowthBytes);
 #ifdef __GLIBC__
     if (trim) malloc_trim(0);
 #endif
     if (trim || free_bytes < free_after_trim) free_after_trim = FreeHeapBytes();
+    if (trim || resident < resident_after_trim) resident_after_trim = ResidentBytes();
     mu_.Lock();
-    if (trim) ++trims_;
+    if (trim) {
+      ++trims_;
+      releases_at_trim = releases;
+    }
   }
 }
 

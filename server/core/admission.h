@@ -10,12 +10,14 @@
 // number of clients or the size of their messages (a request count bounds
 // nothing when one message may be 1 GiB).
 //
-// Freed request buffers stay in glibc's heap unless trimmed: after
-// trim_after_released_bytes have been released or refused, or whenever the
-// heap's free bytes grew by 1 MiB (looked at twice a second), a background
-// thread returns free heap pages to the system (malloc_trim), so a server
-// that went idle after a burst of large requests is back near its idle
-// resident size.
+// Freed request buffers stay in glibc's heap unless trimmed. A background
+// thread returns free heap pages to the system (malloc_trim) after
+// trim_after_released_bytes have been released or refused, when the server
+// went quiet (no reservation released or refused for one look, twice a
+// second) after releasing any since the last trim, and whenever the heap's
+// free bytes or the process's resident size grew by 1 MiB since the last
+// trim; so a server that went idle after a burst of large requests is back
+// near its idle resident size.
 //
 // Thread-safety: every method is thread-safe; Reservations may be released
 // on any thread.
@@ -111,6 +113,8 @@ class ByteAdmission {
 
   mutable absl::Mutex mu_;
   int64_t released_since_trim_ ABSL_GUARDED_BY(mu_) = 0;
+  // Reservations released or refused since the trimmer started.
+  int64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t trims_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread trimmer_;

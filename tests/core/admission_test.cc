@@ -1,6 +1,7 @@
 // ByteAdmission: reservations up to the limit and not past it, growth,
 // release on the last reference from any thread, option checks, the default
-// from physical memory, and trimming after large releases.
+// from physical memory, and trimming after large releases and once when
+// releases stop.
 #include "server/core/admission.h"
 
 #include <unistd.h>
@@ -124,6 +125,37 @@ TEST(ByteAdmission, LargeReleasesTrimTheHeap) {
   { auto r = a->TryReserve(2 * kMiB); }
   for (int i = 0; i < 40 && a->trims() == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(a->trims(), 1);
+}
+
+// Waits until `a` has not trimmed for `quiet`; returns its trims then.
+int64_t TrimsOnceSettled(ByteAdmission* a, absl::Duration quiet) {
+  int64_t trims = a->trims();
+  for (int i = 0; i < 20; ++i) {
+    absl::SleepFor(quiet);
+    const int64_t now = a->trims();
+    if (now == trims) break;
+    trims = now;
+  }
+  return trims;
+}
+
+TEST(ByteAdmission, GoingQuietAfterAReleaseTrimsOnce) {
+  // Never due by bytes: only the quiet rule (or the heap's own growth,
+  // which settles first) trims here.
+  auto a = Make(1024 * kMiB, /*trim_after=*/1024 * kMiB);
+  const int64_t settled = TrimsOnceSettled(a.get(), absl::Milliseconds(1200));
+  { auto r = a->TryReserve(1); }
+  for (int i = 0; i < 60 && a->trims() == settled; ++i) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(a->trims(), settled + 1);
+  // Once: nothing was released since.
+  absl::SleepFor(absl::Milliseconds(1200));
+  EXPECT_EQ(a->trims(), settled + 1);
+  // A refusal counts as a release (the caller frees the refused bytes).
+  EXPECT_EQ(a->TryReserve(2048 * kMiB), nullptr);
+  for (int i = 0; i < 60 && a->trims() == settled + 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(a->trims(), settled + 2);
 }
 
 }  // namespace
