@@ -2,9 +2,10 @@
 //
 // Both calls change process-wide allocator parameters (mallopt) and must run
 // before the server starts its threads; neither is thread-safe. Each returns
-// what is in effect, for the startup line. An environment variable that
-// glibc reads itself (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_) wins over the
-// flag; builds without glibc leave the allocator as it is.
+// what is in effect, for the startup line. A setting glibc reads itself from
+// the environment (MALLOC_ARENA_MAX, MALLOC_TRIM_THRESHOLD_,
+// MALLOC_MMAP_THRESHOLD_, or their glibc.malloc.* entries in GLIBC_TUNABLES)
+// wins over the flag; builds without glibc leave the allocator as it is.
 #ifndef CONV1D_SERVER_UTIL_MALLOC_SETTINGS_H_
 #define CONV1D_SERVER_UTIL_MALLOC_SETTINGS_H_
 

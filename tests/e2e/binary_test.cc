@@ -182,6 +182,13 @@ TEST(ServerBinary, StartupLineNamesTheMallocSettingsInEffect) {
        "malloc_trim_threshold=default"},
       {"MALLOC_TRIM_THRESHOLD_", "4194304", "--malloc_trim_threshold=2097152",
        "malloc_trim_threshold=4194304 (MALLOC_TRIM_THRESHOLD_)"},
+      {"GLIBC_TUNABLES", "glibc.malloc.tcache_count=0:glibc.malloc.trim_threshold=3145728",
+       "--malloc_trim_threshold=2097152",
+       "malloc_trim_threshold=3145728 (GLIBC_TUNABLES glibc.malloc.trim_threshold)"},
+      {"GLIBC_TUNABLES", "glibc.malloc.arena_max=5", "--malloc_arena_max=3",
+       "malloc_arena_max=5 (GLIBC_TUNABLES glibc.malloc.arena_max)"},
+      {"GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", "--malloc_trim_threshold=2097152",
+       "malloc_trim_threshold=2097152"},
   };
   for (const Case& c : cases) {
     const char* saved = std::getenv(c.var);
