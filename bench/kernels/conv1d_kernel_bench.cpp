@@ -70,6 +70,17 @@ std::vector<int64_t> SegLengths(const Case& c) {
   return ls;
 }
 
+// Bytes one segment of sequence length `l` moves at least once: the
+// forward reads x and writes y, the backward reads x and dy and writes dx,
+// the update also reads and writes its conv states (width - 1 per channel).
+int64_t SegBytes(const Case& c, int64_t l) {
+  const int64_t es = c.type == ScalarType::kF32 ? 4 : 2;
+  const int64_t n = c.B * c.D * l;
+  if (c.op == KernelOp::kForward) return 2 * n * es;
+  if (c.op == KernelOp::kBackward) return 3 * n * es;
+  return (2 * n + 2 * c.B * c.D * (c.width - 1)) * es;
+}
+
 // Random values in [-1, 1) in `type`, generated on the host by several
 // threads and uploaded.
 void FillRandom(void* dev, int64_t n, ScalarType type, uint64_t seed) {
@@ -318,13 +329,8 @@ int main(int argc, char** argv) {
     p.activation = KernelActivation::kSiLU;
     p.layout = c.layout;
     p.has_bias = true;
-    const int64_t es = c.type == F32 ? 4 : 2;
-    int64_t n = 0;
-    for (int64_t l : SegLengths(c)) n += c.B * c.D * l;
     int64_t bytes = 0;
-    if (c.op == FWD) bytes = 2 * n * es;
-    else if (c.op == BWD) bytes = 3 * n * es;
-    else bytes = (2 * n + 2 * c.B * c.D * 3 * c.nseg) * es;
+    for (int64_t l : SegLengths(c)) bytes += SegBytes(c, l);
     // Rotate through enough copies that the set exceeds L2 several times.
     const int copies = static_cast<int>(std::min<int64_t>(16, std::max<int64_t>(1, (int64_t{400} << 20) / std::max<int64_t>(bytes, 1))));
     std::vector<Instance> inst;
@@ -368,8 +374,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < copies; ++i) {
       std::vector<BatchCopyChunk> table;
       for (int64_t l : SegLengths(c)) {
-        const int64_t seg_bytes = c.nseg == 1 ? bytes : bytes / n * c.B * c.D * l;
-        const int64_t seg_half = (seg_bytes / 2 + 15) / 16 * 16;
+        const int64_t seg_half = (SegBytes(c, l) / 2 + 15) / 16 * 16;
         void* from = DevAlloc(seg_half);
         void* to = DevAlloc(seg_half);
         copy_bufs.push_back(from);
