@@ -33,7 +33,7 @@ inline constexpr int kTeamsPerBlock = 8;
 // Tuning, one traits struct per kernel family, chosen by element size
 // (4: fp32; 2: fp16/bf16) and, where the registers a thread needs grow
 // with it, by the width W. Values only; each was measured (see
-// bench/kernels/NOTES.md). Launch bounds are 256 threads per block unless
+// bench/kernels/LOG.md). Launch bounds are 256 threads per block unless
 // a struct says otherwise; kMinBlocks is the blocks/SM they ask for (2:
 // up to 128 registers, 3: 80, 4: 64).
 
