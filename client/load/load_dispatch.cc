@@ -1,7 +1,12 @@
 // LoadRunner (load_runner.h), part three: sending a request through the
 // transport, recording its answer in the current window, checking a sample
 // of answers against the CPU reference on the verifier thread, and the
-// server's metrics scraped at window boundaries.
+// server's metrics scraped at window boundaries (http:// or https://,
+// prom_scrape.h).
+//
+// Thread-safety: as load_runner.h says; answers arrive on gRPC callback
+// threads and are recorded under mu_ (verification under verify_mu_), and
+// DoScrape runs on the thread that called Run().
 #include <algorithm>
 #include <cstdio>
 #include <type_traits>
@@ -134,7 +139,7 @@ LoadRunner::Scrape LoadRunner::DoScrape() {
   Scrape s;
   absl::StatusOr<std::string> body = absl::NotFoundError("no --metrics_url");
   if (!options_.metrics_url.empty()) {
-    body = HttpGet(options_.metrics_url, absl::Seconds(5));
+    body = HttpGet(options_.metrics_url, absl::Seconds(5), options_.metrics_tls.get());
     if (!body.ok()) {
       std::fprintf(stderr, "conv1d_load: metrics scrape failed: %s\n",
                    body.status().ToString().c_str());
@@ -144,7 +149,7 @@ LoadRunner::Scrape LoadRunner::DoScrape() {
     absl::StatusOr<std::string> gpu_body =
         options_.gpu_metrics_url == options_.metrics_url
             ? body
-            : HttpGet(options_.gpu_metrics_url, absl::Seconds(5));
+            : HttpGet(options_.gpu_metrics_url, absl::Seconds(5), options_.metrics_tls.get());
     if (gpu_body.ok()) {
       int n = 0;
       const double util = SumMetric(*gpu_body, options_.gpu_util_metric, "", &n);

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/conv1d_client.h"
+#include "client/load/https_get.h"
 #include "client/load/load_transport.h"
 #include "client/load/report.h"
 #include "client/load/stats.h"
@@ -79,6 +80,9 @@ struct LoadOptions {
   double late_us = 1000;                  // a send this far behind is late
   bool progress = false;                  // live line on stdout
   std::string metrics_url;
+  // TLS of https:// scrapes (--metrics_url and --gpu_metrics_url); null: the
+  // system's default CAs and no client certificate.
+  std::shared_ptr<const ScrapeTls> metrics_tls;
   std::string queue_metric = "conv1d_request_queue_seconds";
   std::string compute_metric = "conv1d_compute_seconds";
   std::string requests_metric = "conv1d_requests_total";

@@ -1,5 +1,8 @@
 // conv1d_load: load generator for conv1d-serve, in the manner of Triton's
 // perf_analyzer. See --help (or client/README.md) for every flag.
+//
+// Thread-safety: main reads the flags and builds the options on its own
+// thread; the runs then use their own threads (load_runner.h).
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "client/load/https_get.h"
 #include "client/load/load_runner.h"
 #include "client/load/protocol_runs.h"
 #include "client/load/session_load.h"
@@ -110,9 +114,9 @@ ABSL_FLAG(std::string, dout_file, "", "bwd: dout of every request from a .npy fi
 ABSL_FLAG(std::string, state_file, "",
           "initial_states (fwd/bwd, which turns them on) or conv_state (update) from .npy.");
 ABSL_FLAG(std::string, gpu_metrics_url, "",
-          "Prometheus endpoint with GPU gauges (e.g. DCGM's exporter, http://host:9400/metrics), "
-          "scraped at every window boundary: gpu_util_pct, gpu_power_w, gpu_memory_bytes per "
-          "step and window.");
+          "Prometheus endpoint with GPU gauges (e.g. DCGM's exporter, http://host:9400/metrics; "
+          "https:// as for --metrics_url), scraped at every window boundary: gpu_util_pct, "
+          "gpu_power_w, gpu_memory_bytes per step and window.");
 ABSL_FLAG(std::string, gpu_util_metric, "DCGM_FI_DEV_GPU_UTIL",
           "Gauge of GPU utilization in percent (mean over devices).");
 ABSL_FLAG(std::string, gpu_power_metric, "DCGM_FI_DEV_POWER_USAGE",
@@ -121,8 +125,18 @@ ABSL_FLAG(std::string, gpu_memory_metric, "DCGM_FI_DEV_FB_USED",
           "Gauge of GPU memory in use (summed over devices), in --gpu_memory_unit_bytes.");
 ABSL_FLAG(double, gpu_memory_unit_bytes, 1048576, "Unit of --gpu_memory_metric (DCGM: MiB).");
 ABSL_FLAG(std::string, metrics_url, "",
-          "Server Prometheus endpoint (http://host:port/metrics), scraped at every window "
+          "Server Prometheus endpoint (http://host:port/metrics, or https:// for a server "
+          "with --metrics_tls_cert: see --metrics_tls_ca), scraped at every window "
           "boundary: server queue and compute time are reported beside client latency.");
+ABSL_FLAG(std::string, metrics_tls_ca, "",
+          "https:// --metrics_url and --gpu_metrics_url: PEM CA bundle that the endpoint's "
+          "certificate must chain to (its host name or IP address must be in the "
+          "certificate); empty = the system's default CAs.");
+ABSL_FLAG(std::string, metrics_tls_cert, "",
+          "https:// metrics URLs: PEM client certificate presented to an endpoint that "
+          "requires one (mutual TLS, the server's --metrics_tls_client_ca); needs "
+          "--metrics_tls_key.");
+ABSL_FLAG(std::string, metrics_tls_key, "", "PEM private key of --metrics_tls_cert.");
 ABSL_FLAG(std::string, queue_metric, "conv1d_request_queue_seconds",
           "Histogram of server queue time (its _sum/_count are used).");
 ABSL_FLAG(std::string, compute_metric, "conv1d_compute_seconds",
@@ -317,8 +331,33 @@ absl::Status CheckNumericFlags() {
   return absl::OkStatus();
 }
 
+// The TLS of https:// scrapes from --metrics_tls_*: null when no URL is
+// https:// (then none of those flags may be given).
+absl::StatusOr<std::shared_ptr<const ScrapeTls>> MetricsTlsFromFlags() {
+  ScrapeTlsOptions t;
+  t.ca_file = absl::GetFlag(FLAGS_metrics_tls_ca);
+  t.cert_file = absl::GetFlag(FLAGS_metrics_tls_cert);
+  t.key_file = absl::GetFlag(FLAGS_metrics_tls_key);
+  const bool https = absl::StartsWith(absl::GetFlag(FLAGS_metrics_url), "https://") ||
+                     absl::StartsWith(absl::GetFlag(FLAGS_gpu_metrics_url), "https://");
+  if (https) return ScrapeTls::Create(t);
+  const std::pair<const char*, const std::string*> given[] = {
+      {"metrics_tls_ca", &t.ca_file},
+      {"metrics_tls_cert", &t.cert_file},
+      {"metrics_tls_key", &t.key_file}};
+  for (const auto& [flag, value] : given) {
+    if (!value->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": needs an https:// --metrics_url or --gpu_metrics_url"));
+    }
+  }
+  return nullptr;
+}
+
 int Main() {
   if (absl::Status s = CheckNumericFlags(); !s.ok()) return kErrors.UsageError(s.message());
+  absl::StatusOr<std::shared_ptr<const ScrapeTls>> metrics_tls = MetricsTlsFromFlags();
+  if (!metrics_tls.ok()) return kErrors.UsageError(metrics_tls.status().message());
   LoadOptions o;
   const bool compare =
       !absl::GetFlag(FLAGS_protocol).empty() || !absl::GetFlag(FLAGS_memory).empty();
@@ -388,6 +427,7 @@ int Main() {
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   o.max_attempts = absl::GetFlag(FLAGS_attempts);
   o.metrics_url = absl::GetFlag(FLAGS_metrics_url);
+  o.metrics_tls = *std::move(metrics_tls);
   o.queue_metric = absl::GetFlag(FLAGS_queue_metric);
   o.compute_metric = absl::GetFlag(FLAGS_compute_metric);
   o.requests_metric = absl::GetFlag(FLAGS_requests_metric);

@@ -1,3 +1,4 @@
+// HttpGet and SumMetric (prom_scrape.h). Stateless: thread-safe.
 #include "client/load/prom_scrape.h"
 
 #include <netdb.h>
@@ -16,17 +17,46 @@
 
 namespace conv1d {
 
-absl::StatusOr<std::string> HttpGet(const std::string& url, absl::Duration timeout) {
+namespace {
+
+// The body of a whole HTTP answer `resp` when its status is 200.
+absl::StatusOr<std::string> ResponseBody(const std::string& resp) {
+  const size_t body = resp.find("\r\n\r\n");
+  if (body == std::string::npos) return absl::UnavailableError("malformed HTTP response");
+  const absl::string_view status_line = absl::string_view(resp).substr(0, resp.find("\r\n"));
+  if (!absl::StrContains(status_line, " 200")) {
+    return absl::UnavailableError(absl::StrCat("metrics endpoint answered '", status_line, "'"));
+  }
+  return resp.substr(body + 4);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> HttpGet(const std::string& url, absl::Duration timeout,
+                                    const ScrapeTls* tls) {
   absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics url '", url, "' is not http://"));
+  const bool https = absl::ConsumePrefix(&rest, "https://");
+  if (!https && !absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics url '", url, "' is not http:// or https://"));
+  }
+  if (https && tls == nullptr) {
+    // The system's default CAs, no client certificate; built once.
+    static const auto* const default_tls =
+        new absl::StatusOr<std::shared_ptr<const ScrapeTls>>(ScrapeTls::Create({}));
+    if (!default_tls->ok()) return default_tls->status();
+    tls = default_tls->value().get();
   }
   const size_t slash = rest.find('/');
   const absl::string_view hostport = rest.substr(0, slash);
   const std::string path = slash == absl::string_view::npos ? "/" : std::string(rest.substr(slash));
+  // A colon inside an IPv6 literal's brackets is not a port's.
   const size_t colon = hostport.rfind(':');
-  std::string host = std::string(hostport.substr(0, colon));
-  const std::string port = colon == absl::string_view::npos ? "80" : std::string(hostport.substr(colon + 1));
+  const bool has_port =
+      colon != absl::string_view::npos && hostport.find(']', colon) == absl::string_view::npos;
+  std::string host = std::string(has_port ? hostport.substr(0, colon) : hostport);
+  const std::string port =
+      has_port ? std::string(hostport.substr(colon + 1)) : https ? "443" : "80";
   if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) host = host.substr(1, host.size() - 2);
 
   addrinfo hints{};
@@ -49,6 +79,15 @@ absl::StatusOr<std::string> HttpGet(const std::string& url, absl::Duration timeo
   const std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", hostport,
                                        "\r\nAccept: text/plain\r\n\r\n");
   const absl::Time deadline = absl::Now() + timeout;
+  if (https) {
+    absl::StatusOr<std::string> answer = tls->Exchange(fd, host, req, deadline);
+    close(fd);
+    if (!answer.ok()) {
+      return absl::Status(answer.status().code(),
+                          absl::StrCat(url, ": ", answer.status().message()));
+    }
+    return ResponseBody(*answer);
+  }
   size_t sent = 0;
   while (sent < req.size()) {
     ssize_t n = send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
@@ -73,13 +112,7 @@ absl::StatusOr<std::string> HttpGet(const std::string& url, absl::Duration timeo
     resp.append(buf, static_cast<size_t>(n));
   }
   close(fd);
-  const size_t body = resp.find("\r\n\r\n");
-  if (body == std::string::npos) return absl::UnavailableError("malformed HTTP response");
-  const absl::string_view status_line = absl::string_view(resp).substr(0, resp.find("\r\n"));
-  if (!absl::StrContains(status_line, " 200")) {
-    return absl::UnavailableError(absl::StrCat("metrics endpoint answered '", status_line, "'"));
-  }
-  return resp.substr(body + 4);
+  return ResponseBody(resp);
 }
 
 double SumMetric(absl::string_view exposition, absl::string_view name,

@@ -1,13 +1,24 @@
 // Unit tests of the client library's pure parts: tensor conversions, .npy
 // I/O, workloads and presets, sweep-level parsing, percentile and stability
-// arithmetic, retry delays, Prometheus parsing and the JSON/CSV reports.
+// arithmetic, retry delays, Prometheus parsing and scraping (http:// and
+// https:// against an in-test plain socket; TLS settings), and the JSON/CSV
+// reports. Each test is single-threaded apart from its own socket thread.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/host_tensor.h"
+#include "client/load/https_get.h"
 #include "client/load/prom_scrape.h"
 #include "client/load/report.h"
 #include "client/load/stats.h"
@@ -310,6 +321,92 @@ TEST(Prometheus, SumsSamplesAcrossLabels) {
   EXPECT_EQ(SumMetric(text, "conv1d_requests_total", "", &samples), 130);
   EXPECT_EQ(samples, 3) << text;
   EXPECT_FALSE(HttpGet("ftp://x/metrics", absl::Seconds(1)).ok());
+}
+
+// A loopback listener that answers each of `connections` connections with
+// `answer` once it has read something, then closes it.
+class CannedHttpServer {
+ public:
+  CannedHttpServer(std::string answer, int connections) : answer_(std::move(answer)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd_, 4), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, connections] {
+      for (int i = 0; i < connections; ++i) {
+        const int c = accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[4096];
+        if (recv(c, buf, sizeof(buf), 0) > 0) {
+          (void)!send(c, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+        }
+        close(c);
+      }
+    });
+  }
+  ~CannedHttpServer() {
+    thread_.join();
+    close(fd_);
+  }
+  std::string Url(const char* scheme) const {
+    return absl::StrCat(scheme, "://127.0.0.1:", port_, "/metrics");
+  }
+
+ private:
+  const std::string answer_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(Prometheus, HttpGetSpeaksHttpAndRefusesANonTlsHttpsEndpoint) {
+  CannedHttpServer server("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nup 1\n", 2);
+  absl::StatusOr<std::string> body = HttpGet(server.Url("http"), absl::Seconds(5));
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(*body, "up 1\n");
+  // The same endpoint as https://: a clear error naming the URL, no crash.
+  const std::string url = server.Url("https");
+  body = HttpGet(url, absl::Seconds(5));
+  ASSERT_FALSE(body.ok());
+  EXPECT_EQ(body.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StartsWith(body.status().message(), url + ": TLS handshake failed: "))
+      << body.status();
+  absl::StatusOr<std::string> bad = HttpGet("ftp://x/metrics", absl::Seconds(1));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "is not http:// or https://"));
+}
+
+TEST(Prometheus, ScrapeTlsSettingsNameTheirFlag) {
+  EXPECT_TRUE(ScrapeTls::Create({}).ok());  // the system's default CAs
+  const std::string dir = ::testing::TempDir();
+  const std::string junk = dir + "/conv1d_scrape_tls_junk.pem";
+  std::ofstream(junk) << "not a certificate\n";
+  const std::string absent = dir + "/conv1d_scrape_tls_absent.pem";
+  struct Case {
+    ScrapeTlsOptions options;
+    std::string message;
+  };
+  const Case cases[] = {
+      {{"", "c.pem", ""}, "--metrics_tls_cert: needs --metrics_tls_key"},
+      {{"", "", "k.pem"}, "--metrics_tls_key: needs --metrics_tls_cert"},
+      {{absent, "", ""}, "--metrics_tls_ca: cannot read '" + absent + "'"},
+      {{junk, "", ""}, "--metrics_tls_ca: '" + junk + "' is not a PEM CA bundle"},
+      {{"", absent, junk}, "--metrics_tls_cert: cannot read '" + absent + "'"},
+      {{"", junk, absent}, "--metrics_tls_key: cannot read '" + absent + "'"},
+      {{"", junk, junk}, "--metrics_tls_cert: '" + junk + "' is not a PEM certificate"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::shared_ptr<const ScrapeTls>> t = ScrapeTls::Create(c.options);
+    ASSERT_FALSE(t.ok()) << c.message;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StartsWith(t.status().message(), c.message)) << t.status();
+  }
+  std::remove(junk.c_str());
 }
 
 TEST(Report, JsonAndCsvCarryEveryStep) {

@@ -1,6 +1,6 @@
 """Helpers of the client end-to-end tests: seeds, running the binaries,
-scratch directories. The server they test is started by
-tests/common/server_launcher.py."""
+scratch directories, certificates made with the openssl command. The server
+they test is started by tests/common/server_launcher.py."""
 import os
 import secrets
 import subprocess
@@ -43,3 +43,26 @@ def environ_with(**kv):
     env = dict(os.environ)
     env.update(kv)
     return env
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(d, name):
+    """A self-signed CA in directory `d`: `name`.pem and `name`.key."""
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
+            "-subj", f"/CN={name}", cwd=d)
+
+
+def make_leaf(d, name, ca, san="DNS:localhost,IP:127.0.0.1"):
+    """A certificate `name`.pem (key `name`.key) for the subject alternative
+    names `san` (by default 127.0.0.1/localhost), signed by `ca`."""
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+    with open(os.path.join(d, f"{name}.ext"), "w") as f:
+        f.write(f"subjectAltName={san}\n")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
+            cwd=d)

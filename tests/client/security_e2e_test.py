@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,32 +26,11 @@ import numpy as np
 
 from conv1d_client import Client
 from conv1d_client.client import reference_forward
-from e2e_util import run, seed_for_test
+from e2e_util import make_ca, make_leaf, run, seed_for_test
 from server_launcher import Server
 
 SERVER, CLI, LOAD = sys.argv[1:4]
 SEED = seed_for_test(31)
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(d, name):
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-            "-subj", f"/CN={name}", cwd=d)
-
-
-def make_leaf(d, name, ca):
-    """A certificate for 127.0.0.1/localhost, signed by `ca`."""
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    with open(os.path.join(d, f"{name}.ext"), "w") as f:
-        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext",
-            cwd=d)
 
 
 def code_of(fn):
