@@ -21,34 +21,52 @@ namespace {
 // second under steady load.
 constexpr absl::Duration kTrimDelay = absl::Milliseconds(100);
 
-// How often the trimmer looks at the heap's free bytes when nothing made a
-// trim due.
+// How often the trimmer looks at the heap when nothing made a trim due.
 constexpr absl::Duration kHeapCheckPeriod = absl::Milliseconds(500);
 
-// Growth since the last trim, of the heap's free bytes or of the resident
-// size, that makes the periodic look trim: small, so that buffers freed
-// after a burst's trim (a refusal counts its bytes before the transport
-// frees them) do not stay resident; at most two trims a second of about a
-// millisecond per GiB.
-constexpr int64_t kHeapGrowthBytes = int64_t{1} << 20;
+// malloc's figures of its heap, compared to tell whether it changed.
+struct HeapFigures {
+  size_t arena = 0;     // bytes of the arenas' heaps
+  size_t ordblks = 0;   // free chunks
+  size_t hblkhd = 0;    // bytes mapped on their own
+  size_t uordblks = 0;  // bytes in use
+  size_t fordblks = 0;  // bytes free
+  bool operator==(const HeapFigures& o) const {
+    return arena == o.arena && ordblks == o.ordblks && hblkhd == o.hblkhd &&
+           uordblks == o.uordblks && fordblks == o.fordblks;
+  }
+  bool operator!=(const HeapFigures& o) const { return !(*this == o); }
+};
 
-// Free bytes held in malloc's heap; 0 where that cannot be known.
-int64_t FreeHeapBytes() {
+// The heap's figures now; all zero where they cannot be known (then only
+// released reservations make trims).
+HeapFigures ReadHeap() {
+  HeapFigures f;
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  return static_cast<int64_t>(mallinfo2().fordblks);
-#else
-  return 0;
+  const struct mallinfo2 m = mallinfo2();
+  f.arena = m.arena;
+  f.ordblks = m.ordblks;
+  f.hblkhd = m.hblkhd;
+  f.uordblks = m.uordblks;
+  f.fordblks = m.fordblks;
 #endif
+  return f;
 }
 
-// This process's resident size in bytes; -1 where /proc cannot tell.
-int64_t ResidentBytes() {
+// Growth of the anonymous resident size since the last trim that makes the
+// periodic look trim even though malloc's figures are as they were then.
+constexpr int64_t kResidentGrowthBytes = int64_t{1} << 20;
+
+// This process's resident bytes not backed by a file (the heap among
+// them; code pages faulted in are not); -1 where /proc cannot tell.
+int64_t AnonResidentBytes() {
   std::ifstream in("/proc/self/statm");
   int64_t total_pages = 0;
   int64_t resident_pages = 0;
+  int64_t shared_pages = 0;
   const long page_size = sysconf(_SC_PAGE_SIZE);
-  if (!(in >> total_pages >> resident_pages) || page_size <= 0) return -1;
-  return resident_pages * page_size;
+  if (!(in >> total_pages >> resident_pages >> shared_pages) || page_size <= 0) return -1;
+  return (resident_pages - shared_pages) * page_size;
 }
 
 // cgroup v2's limit of this process's group; -1 when unlimited or unknown.
@@ -153,7 +171,6 @@ void ByteAdmission::NoteFreed(int64_t bytes) {
   if (trim_after_released_bytes_ == 0 || bytes <= 0) return;
   absl::MutexLock lock(&mu_);
   released_since_trim_ += bytes;
-  ++releases_;
 }
 
 int64_t ByteAdmission::trims() const {
@@ -166,49 +183,40 @@ void ByteAdmission::TrimLoop() {
   auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || released_since_trim_ >= trim_after_released_bytes_;
   };
-  int64_t free_after_trim = FreeHeapBytes();
-  int64_t resident_after_trim = ResidentBytes();
-  int64_t releases_at_trim = releases_;
-  int64_t releases_at_look = releases_;
+  HeapFigures after_trim = ReadHeap();
+  int64_t resident_after_trim = AnonResidentBytes();
   while (true) {
-    // Released reservations make a trim due at once; memory freed where no
-    // reservation sees it (a stream the transport cancelled over its quota)
-    // is found by the periodic look at the heap.
+    // Released reservations make a trim due at once; memory allocated and
+    // freed where no reservation sees it (a stream the transport cancelled
+    // over its quota, a burst between two looks) is found by the periodic
+    // look, which trims whenever malloc's figures changed at all since the
+    // last trim: a rule on one net figure such as the free bytes could be
+    // masked (bytes freed in one arena while another's heap shrinks). The
+    // figures can come back exactly as they were after trimmed pages were
+    // allocated again and freed (the same requests again): the resident
+    // size sees those pages.
     if (mu_.AwaitWithTimeout(absl::Condition(&due), kHeapCheckPeriod)) {
       if (stop_) return;
       // Let the rest of a burst finish releasing, then trim once.
       mu_.AwaitWithTimeout(absl::Condition(&stop_), kTrimDelay);
       if (stop_) return;
     }
-    const bool due_now = released_since_trim_ >= trim_after_released_bytes_;
-    released_since_trim_ = 0;
-    // Quiet after releases: none since the last look, some since the last
-    // trim. Unlike the heap's figures below this cannot be masked (free
-    // bytes here hidden by a heap shrinking there); it trims once as a
-    // burst ends.
-    const int64_t releases = releases_;
-    const bool went_quiet = releases == releases_at_look && releases != releases_at_trim;
-    releases_at_look = releases;
+    const int64_t released = released_since_trim_;
+    const bool due_now = released >= trim_after_released_bytes_;
     mu_.Unlock();
-    // Trimmed pages still count as free in malloc's figures: what matters
-    // is how much more is free than after the last trim. That alone misses
-    // trimmed pages that were allocated again (touched, resident) and freed
-    // between two looks: the free bytes are back where they were, the pages
-    // are resident. The resident size sees those.
-    const int64_t free_bytes = FreeHeapBytes();
-    const int64_t resident = ResidentBytes();
-    const bool trim = due_now || went_quiet ||
-                      free_bytes >= free_after_trim + kHeapGrowthBytes ||
-                      (resident >= 0 && resident >= resident_after_trim + kHeapGrowthBytes);
+    const int64_t resident = AnonResidentBytes();
+    const bool trim = due_now || ReadHeap() != after_trim ||
+                      (resident >= 0 && resident >= resident_after_trim + kResidentGrowthBytes);
 #ifdef __GLIBC__
     if (trim) malloc_trim(0);
 #endif
-    if (trim || free_bytes < free_after_trim) free_after_trim = FreeHeapBytes();
-    if (trim || resident < resident_after_trim) resident_after_trim = ResidentBytes();
+    if (trim) after_trim = ReadHeap();
+    if (trim || resident < resident_after_trim) resident_after_trim = AnonResidentBytes();
     mu_.Lock();
     if (trim) {
       ++trims_;
-      releases_at_trim = releases;
+      // What was released during the trim counts towards the next one.
+      released_since_trim_ -= released;
     }
   }
 }

@@ -11,13 +11,14 @@
 // nothing when one message may be 1 GiB).
 //
 // Freed request buffers stay in glibc's heap unless trimmed. A background
-// thread returns free heap pages to the system (malloc_trim) after
-// trim_after_released_bytes have been released or refused, when the server
-// went quiet (no reservation released or refused for one look, twice a
-// second) after releasing any since the last trim, and whenever the heap's
-// free bytes or the process's resident size grew by 1 MiB since the last
-// trim; so a server that went idle after a burst of large requests is back
-// near its idle resident size.
+// thread returns free heap pages to the system (malloc_trim) soon after
+// trim_after_released_bytes have been released or refused, and at its look
+// twice a second whenever malloc's figures of the heap changed at all, or
+// the anonymous resident size grew by 1 MiB, since the last trim; so a
+// server that went idle after a burst of large requests is back near its
+// idle resident size within a second. A server whose memory does not change
+// does not trim; a busy one at most ten times a second, about a
+// millisecond per GiB of heap each.
 //
 // Thread-safety: every method is thread-safe; Reservations may be released
 // on any thread.
@@ -113,8 +114,6 @@ class ByteAdmission {
 
   mutable absl::Mutex mu_;
   int64_t released_since_trim_ ABSL_GUARDED_BY(mu_) = 0;
-  // Reservations released or refused since the trimmer started.
-  int64_t releases_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t trims_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread trimmer_;
