@@ -23,30 +23,13 @@ import unittest
 import urllib.request
 
 from e2e_util import make_ca, make_leaf, run
-from server_launcher import Server
+from server_launcher import Server, sum_metric
 
 SERVER, CLIENT, LOAD = sys.argv[1:4]
 FORWARD = 'method="Forward"'
 # Short steps: two windows of 0.25 s after 0.1 s of warm-up.
 SHORT = ["--concurrency=2", "--shape=1x64x32", "--duration_s=0.5", "--window_s=0.25",
          "--warmup_s=0.1", "--stable_windows=2", "--max_trials=2", "--noprogress"]
-
-
-def sum_metric(body, name, label_filter=""):
-    """The sum of the samples of `name` whose labels contain `label_filter`."""
-    total = 0.0
-    for line in body.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        rest = line[len(name):]
-        labels = ""
-        if rest.startswith("{"):
-            labels, rest = rest[1:rest.rindex("}")], rest[rest.rindex("}") + 1:]
-        elif not rest.startswith(" "):
-            continue
-        if label_filter in labels:
-            total += float(rest.split()[0])
-    return total
 
 
 class LoadMetricsOverTls(unittest.TestCase):

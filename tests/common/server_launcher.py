@@ -18,6 +18,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def sum_metric(body, name, label_filter=""):
+    """The sum of the samples of metric `name` in the Prometheus text `body`
+    whose labels contain `label_filter`."""
+    total = 0.0
+    for line in body.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        rest = line[len(name):]
+        labels = ""
+        if rest.startswith("{"):
+            labels, rest = rest[1:rest.rindex("}")], rest[rest.rindex("}") + 1:]
+        elif not rest.startswith(" "):
+            continue
+        if label_filter in labels:
+            total += float(rest.split()[0])
+    return total
+
+
 class Server:
     """conv1d_server `binary` on a free loopback port (`port`, `target`) and,
     with `metrics`, its /metrics on another (`metrics_port`, `metrics_url`),
@@ -83,19 +101,7 @@ class Server:
         """The sum of metric `name` over the samples whose labels contain
         `label_filter`, read from /metrics now."""
         body = urllib.request.urlopen(self.metrics_url, timeout=5).read().decode()
-        total = 0.0
-        for line in body.splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            rest = line[len(name):]
-            labels = ""
-            if rest.startswith("{"):
-                labels, rest = rest[1:rest.rindex("}")], rest[rest.rindex("}") + 1:]
-            elif not rest.startswith(" "):
-                continue
-            if label_filter in labels:
-                total += float(rest.split()[0])
-        return total
+        return sum_metric(body, name, label_filter)
 
     def stop(self, timeout_s=15):
         """SIGTERM, then SIGKILL after `timeout_s`; the exit status."""
