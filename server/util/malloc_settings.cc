@@ -29,7 +29,8 @@ std::string TunableValue(absl::string_view name) {
   if (tunables == nullptr) return "";
   std::string value;
   for (absl::string_view item : absl::StrSplit(tunables, ':')) {
-    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.first == name && !kv.second.empty()) value = std::string(kv.second);
   }
   return value;
