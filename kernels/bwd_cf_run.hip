@@ -7,7 +7,6 @@ namespace conv1d::kernels::dev {
 namespace {
 
 using detail::kTeam;
-using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
 // Short rows on the vector path where BwdShortPersist (fp16/bf16 by
@@ -36,17 +35,19 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
     const int64_t r = row_begin + rr;
     bwd_cf_short_step<T, W>(p, wk, st, xb, db, wl, bl, il, fl, rr, rr & (kTeam - 1), r, ch,
                             std::integral_constant<bool, kSilu>{});
+    wk.next_out();
   }
   wk.finish();  // the ring is free for the team's next run
 }
 
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
+__global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename T::S)),
                                   detail::BwdShortMinBlocks(sizeof(typename T::S)))
     bwd_cf_run_kernel(KParams p) {
+  constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   // Each team's ring of in-flight steps (bwd_cf_run_team).
-  __shared__ uint4 stage[kTeamsPerBlock][detail::kBwdShortPrefetch + 1][2][kTeam];
+  __shared__ uint4 stage[kTeams][detail::kBwdShortPrefetch + 1][2][kTeam];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
@@ -55,8 +56,8 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
   // so the ring keeps running from tile to tile; the launcher sizes the
   // grid to the blocks the device holds at once, which gives every team
   // an even share.
-  const int64_t nteams = static_cast<int64_t>(gridDim.x) * kTeamsPerBlock;
-  const int64_t gteam = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + team;
+  const int64_t nteams = static_cast<int64_t>(gridDim.x) * kTeams;
+  const int64_t gteam = static_cast<int64_t>(blockIdx.x) * kTeams + team;
   int64_t tile = p.tile_begin + ntiles * gteam / nteams;
   for (;;) {
     // Recomputed per run rather than kept live across the walk.
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
 
 template <class T>
 hipError_t LaunchBwdCfRun(const KParams& k, hipStream_t s) {
-  constexpr int kTeams = kTeamsPerBlock;
+  constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
   // No more blocks than the device holds at once (each team an even share).
   int dev = 0, sms = 0;

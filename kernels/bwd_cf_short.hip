@@ -6,7 +6,6 @@ namespace conv1d::kernels::dev {
 namespace {
 
 using detail::kTeam;
-using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
 // Short rows on the vector path (rows_per_tile > 1; planner: a row fits in
@@ -34,23 +33,25 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
     const int rr = st * wk.rps + wk.sub;  // < kTeam: the tile's rows are one group
     const int64_t r = row_begin + rr;
     bwd_cf_short_step<T, W>(p, wk, st, xb, db, wl, bl, il, fl, rr, rr, r, ch, p.silu);
+    wk.next_out();
   }
   wk.finish();  // the ring is free for the team's next tile
 }
 
 
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
+__global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename T::S)),
                                   detail::BwdShortMinBlocks(sizeof(typename T::S)))
     bwd_cf_short_kernel(KParams p) {
+  constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   // Each team's ring of in-flight steps (bwd_cf_rows_team).
-  __shared__ uint4 stage[kTeamsPerBlock][detail::kBwdShortPrefetch + 1][2][kTeam];
+  __shared__ uint4 stage[kTeams][detail::kBwdShortPrefetch + 1][2][kTeam];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
   // One tile per team.
-  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
-    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+  for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeams + team;
     if (tile >= p.total_tiles) continue;
     // By reference: fields are read where used (the dweight pointers only
     // at the end), which keeps them out of registers across the tile.
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
 
 template <class T>
 hipError_t LaunchBwdCfShort(const KParams& k, hipStream_t s) {
-  constexpr int kTeams = kTeamsPerBlock;
+  constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
   const bool launched = WidthSwitch(k.width, [&](auto w) {
     bwd_cf_short_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);

@@ -46,7 +46,10 @@ struct RowChannel {
     if (!kAlways && !carry) return mod_fast(row, dim);
     const I here = d;
     d += rps;
-    while (d >= dim) d -= static_cast<I>(dim);  // once at most when D >= rps
+    // Once at most when D >= rps; no loop (a loop's branches cost the
+    // 16-bit step 9 instructions and a reconvergence).
+    if (d >= dim) d -= static_cast<I>(dim);
+    if (d >= dim) d = static_cast<I>(mod_fast(d, dim));
     return here;
   }
 };
@@ -89,9 +92,18 @@ struct ShortWalk {
   static constexpr int kP = detail::kBwdShortPrefetch;
   static constexpr int kSlots = kP + 1;
 
+  // kMove: the lane's pointers move on by step_off per step (the next
+  // step to issue, the step to compute), which spares a step its 64-bit
+  // products; else each is the step-0 pointer plus st * step_off. Moving
+  // them took fused64 bf16 bwd from 54.7 to 56.7 % of a copy and the fp32
+  // kernel (80 registers) from 70.2 to 68.7 (H200, 2026-11-29).
+  static constexpr bool kMove = sizeof(S) < 4;
   const S* xp;  // this lane's x, dout and dx at step 0
   const S* dp;
   S* dxp;
+  const S* xi;  // kMove: x and dout of the next step to issue
+  const S* di;
+  S* dxs;       // kMove: dx of the step to compute
   // Read once: the steps' stores could alias the segment table as far as
   // the compiler knows, which would reload these after every store.
   void* dweight;
@@ -103,8 +115,10 @@ struct ShortWalk {
   int64_t step_off;  // elements from one step's vector to the next
   uint4 (*stage)[2][kTeam];
   int nrt, nsteps, lane, lpr, rps, sub, pos, src_prev, src_next;
+  int room;  // elements of the row after this lane's vector, at most N (32-bit compares)
   bool first, inrow;
   int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
+  int ri;               // kMove: this lane's row of the next step to issue
 
   __device__ __forceinline__ ShortWalk(const Conv1dSegment& seg, int64_t row_begin, int nrt_,
                                        int lane_, uint4 (*stage_)[2][kTeam])
@@ -117,6 +131,8 @@ struct ShortWalk {
     pos = (lane & (lpr - 1)) * N;
     first = pos == 0;
     inrow = pos < L;
+    const int64_t after = L - pos - N;
+    room = after < 0 ? 0 : after > N ? N : static_cast<int>(after);
     src_prev = (lane + kTeam - 1) & (kTeam - 1);
     src_next = (lane + 1) & (kTeam - 1);
     const int64_t lane_off = (row_begin + sub) * L + pos;
@@ -124,6 +140,10 @@ struct ShortWalk {
     xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
     dp = static_cast<const S*>(seg.in(Role::kDout)) + lane_off;
     dxp = static_cast<S*>(seg.out(Role::kDx)) + lane_off;
+    xi = xp;
+    di = dp;
+    dxs = dxp;
+    ri = sub;
     dweight = seg.out(Role::kDweight);
     dbias = seg.out(Role::kDbias);
     dinit0 = static_cast<S*>(seg.out(Role::kDinitialStates));
@@ -135,10 +155,19 @@ struct ShortWalk {
   // empty group). One group per call.
   __device__ __forceinline__ void issue(int st, int slot) {
     if (st < nsteps) {
-      const bool ok = inrow && st * rps + sub < nrt;
-      const int64_t off = ok ? st * step_off : 0;
-      copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
-      copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
+      if constexpr (kMove) {
+        const bool ok = inrow && ri < nrt;
+        ri += rps;
+        copy16_async(&stage[slot][0][lane], ok ? xi : xp, ok ? 16 : 0);
+        copy16_async(&stage[slot][1][lane], ok ? di : dp, ok ? 16 : 0);
+        xi += step_off;
+        di += step_off;
+      } else {
+        const bool ok = inrow && st * rps + sub < nrt;
+        const int64_t off = ok ? st * step_off : 0;
+        copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
+        copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
+      }
     }
     copy_async_commit();
   }
@@ -154,6 +183,14 @@ struct ShortWalk {
     issue(st + kP, wr);
     rd = rd + 1 == kSlots ? 0 : rd + 1;
     wr = wr + 1 == kSlots ? 0 : wr + 1;
+  }
+  // Where step st's dx goes; next_out() after its store moves on.
+  __device__ __forceinline__ S* out(int st) const {
+    if constexpr (kMove) return dxs;
+    return dxp + st * step_off;
+  }
+  __device__ __forceinline__ void next_out() {
+    if constexpr (kMove) dxs += step_off;
   }
   // The ring free for the team's next walk.
   __device__ __forceinline__ void finish() { copy_async_wait<0>(); }
@@ -219,7 +256,7 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
 #pragma unroll
   for (int i = 0; i < kH; ++i) {
     const float got = gpu_shfl(g[i], wk.src_next, kTeam);
-    gn[i] = pos + N + i < L ? got : 0.0f;
+    gn[i] = i < wk.room ? got : 0.0f;
   }
   float fv[kH];
 #pragma unroll
@@ -234,29 +271,33 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
   float dxv[N];
 #pragma unroll
   for (int e = 0; e < N; ++e) {
-    float acc = dx_of_g<W, N>(w, g, gn, e);
-    if (p.has_dfinal) {
-      // dfinal_states[i] adds to dx at L - (W-1) + i (L >= N > W-1).
-#pragma unroll
-      for (int i = 0; i < kH; ++i) {
-        if (pos + e == L - kH + i) acc += fv[i];
-      }
-    }
-    dxv[e] = acc;
+    dxv[e] = dx_of_g<W, N>(w, g, gn, e);
     dws[W] += g[e];
 #pragma unroll
     for (int k = 0; k < W; ++k) dws[k] += g[e] * xf[e + k];
   }
-  if (ok) store_f<T, N>(wk.dxp + st * wk.step_off, dxv);
-  if (p.ret_dinit && first && ok) {
-    // x̃ positions 0 .. W-2 before x; g at t < W-1 < N is this lane's.
-    S* dinit = wk.dinit0 + r * kH;
+  if (p.has_dfinal) {  // one branch per step, not one per element
+    // dfinal_states[i] adds to dx at L - (W-1) + i (L >= N > W-1).
 #pragma unroll
-    for (int i = 0; i < kH; ++i) {
-      float acc = 0.0f;
+    for (int e = 0; e < N; ++e) {
 #pragma unroll
-      for (int k = 0; k <= i; ++k) acc += w[k] * g[i - k];
-      dinit[i] = T::from_f(acc);
+      for (int i = 0; i < kH; ++i) {
+        if (pos + e == L - kH + i) dxv[e] += fv[i];
+      }
+    }
+  }
+  if (ok) store_f<T, N>(wk.out(st), dxv);
+  if (p.ret_dinit) {  // uniform: the lanes' branch only when asked for
+    if (first && ok) {
+      // x̃ positions 0 .. W-2 before x; g at t < W-1 < N is this lane's.
+      S* dinit = wk.dinit0 + r * kH;
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k <= i; ++k) acc += w[k] * g[i - k];
+        dinit[i] = T::from_f(acc);
+      }
     }
   }
   // The row's W + 1 sums over its lpr lanes, stored by the lanes that end
@@ -267,7 +308,19 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
   void* const dweight = wk.dweight;
   void* const dbias = wk.dbias;
   const int64_t seg_batch = wk.seg_batch;
+  // B = 1 with fp32 dweight (the common case): a store without the
+  // dtype's branches, which the lanes holding sums take apart from the
+  // rest. Only where the registers allow it: in the fp32 kernel (80) and
+  // the 16-bit one past W = 5 it spilled 36-96 bytes and lost 5 points.
+  constexpr bool kDirect = sizeof(S) < 4 && W <= 5;
+  const bool direct32 = kDirect && ws_off < 0 && p.gwtype == 0;
   row_sums_scatter<W>(dws, wk.lane, wk.lpr, [&](int k, float v) {
+    if (direct32) {
+      float* const dst = k < W ? static_cast<float*>(dweight) + d * W + k
+                               : static_cast<float*>(dbias) + d;
+      if (rowv && (k < W || p.has_bias)) *dst = v;
+      return;
+    }
     if (!rowv) return;
     if (ws_off < 0) {
       // B = 1 (planner): the channel's whole sum.

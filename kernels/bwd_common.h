@@ -149,7 +149,10 @@ __device__ __forceinline__ void row_sums_scatter(const float (&dws)[W + 1], int 
     for (int i = 0; i < kN3; ++i) {
 #pragma unroll
       for (int m = 8; m < kTeam; m <<= 1) {
-        if (m < lpr) h3[i] += gpu_shfl_xor(h3[i], m, kTeam);
+        // Every lane shuffles (no divergent branch around the shuffle);
+        // rows of fewer lanes drop the value.
+        const float o = gpu_shfl_xor(h3[i], m, kTeam);
+        if (m < lpr) h3[i] += o;
       }
       if (off + i < kN2) emit(j + off + i, h3[i]);
     }

@@ -78,7 +78,11 @@ struct FwdStreamTraits {
 // W = 6 more than 80.
 template <int W>
 struct FwdShortTraits {
-  static constexpr int kMinBlocks = W <= 3 ? 4 : W <= 6 ? 3 : 2;
+  // Teams per block; kMinBlocks counts blocks of kTeams teams (the same
+  // threads per SM as 4 / 3 / 2 blocks of 8 teams). 4 and 2 teams: -1.3
+  // points on 64 x 1x2048x128 bf16, the same elsewhere (H200, 2026-11-29).
+  static constexpr int kTeams = 8;
+  static constexpr int kMinBlocks = (W <= 3 ? 4 : W <= 6 ? 3 : 2) * 8 / kTeams;
   static constexpr int kPrefetch = 8;
   static constexpr int kSteps = 16;
   static constexpr int64_t kTiles = 4096;
@@ -86,7 +90,7 @@ struct FwdShortTraits {
   // staging (4 bytes per state element) in 48 KiB of static shared memory:
   // 9 is the deepest ring at W = 8.
   static_assert(kPrefetch >= 1 &&
-                    kTeamsPerBlock * ((kPrefetch + 1) * kTeam * 16 + kTeam * (W - 1) * 4) <= 48 * 1024,
+                    kTeams * ((kPrefetch + 1) * kTeam * 16 + kTeam * (W - 1) * 4) <= 48 * 1024,
                 "the short-row forward's rings and state staging fit static shared memory");
 };
 
@@ -138,7 +142,12 @@ struct BwdWalkTraits {
 // (bwd_cf_run_team); tiles are then of one step (at least 2 rows).
 template <int kElemBytes>
 struct BwdShortTraits {
-  static constexpr int kMinBlocks = kElemBytes == 4 ? 3 : 2;
+  // Teams per block; kMinBlocks counts blocks of kTeams teams (the same
+  // threads per SM as 3 (fp32) / 2 blocks of 8 teams). 4 and 2 teams were
+  // within 0.3 points of 8 on the fused and mixed-length launches (H200,
+  // 2026-11-29).
+  static constexpr int kTeams = 8;
+  static constexpr int kMinBlocks = (kElemBytes == 4 ? 3 : 2) * 8 / kTeams;
   static constexpr int kPrefetch = 4;
   static constexpr bool kPersist = kElemBytes != 4;
   static constexpr int kSteps = kPersist ? 1 : 16;  // steps per tile (planner cap)
@@ -221,6 +230,9 @@ inline constexpr int kBwdWalkTeams = BwdWalkTraits::kTeams;
 constexpr int BwdShortMinBlocks(int elem_bytes) {
   return elem_bytes == 4 ? BwdShortTraits<4>::kMinBlocks : BwdShortTraits<2>::kMinBlocks;
 }
+constexpr int BwdShortTeams(int elem_bytes) {
+  return elem_bytes == 4 ? BwdShortTraits<4>::kTeams : BwdShortTraits<2>::kTeams;
+}
 constexpr bool BwdShortPersist(int elem_bytes) {
   return elem_bytes == 4 ? BwdShortTraits<4>::kPersist : BwdShortTraits<2>::kPersist;
 }
@@ -230,6 +242,7 @@ constexpr int BwdShortSteps(int elem_bytes) {
 }
 inline constexpr int64_t kBwdShortTiles = BwdShortTraits<4>::kTiles;
 inline constexpr int kFwdShortPrefetch = FwdShortTraits<4>::kPrefetch;
+inline constexpr int kFwdShortTeams = FwdShortTraits<4>::kTeams;
 inline constexpr int kFwdShortSteps = FwdShortTraits<4>::kSteps;
 inline constexpr int64_t kFwdShortTiles = FwdShortTraits<4>::kTiles;
 inline constexpr int kClFwdPrefetch = FwdClTraits<2>::kPrefetch;

@@ -9,7 +9,6 @@ namespace {
 using detail::kClCols;
 using detail::kClRows;
 using detail::kTeam;
-using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
 // Short rows on the vector path (rows_per_tile > 1): a team owns
@@ -163,17 +162,18 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   gpu_team_sync();  // the team's next tile may overwrite sst
 }
 template <class T, int W>
-__global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdShortTraits<W>::kMinBlocks)
+__global__ void __launch_bounds__(kTeam * detail::kFwdShortTeams, detail::FwdShortTraits<W>::kMinBlocks)
     fwd_cf_short_kernel(KParams p) {
+  constexpr int kTeams = detail::kFwdShortTeams;
   // Each team's ring of in-flight steps and its states' staging
   // (fwd_cf_rows_team; 4 bytes per element covers every type).
-  __shared__ uint4 stage[kTeamsPerBlock][detail::kFwdShortPrefetch + 1][kTeam];
-  __shared__ uint32_t sstate[kTeamsPerBlock][kTeam * (W - 1)];
+  __shared__ uint4 stage[kTeams][detail::kFwdShortPrefetch + 1][kTeam];
+  __shared__ uint32_t sstate[kTeams][kTeam * (W - 1)];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
-  for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
-    const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
+  for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
+    const int64_t tile = p.tile_begin + blk * kTeams + team;
     if (tile >= p.total_tiles) continue;
     const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
     if (!is_short_tile(seg)) continue;
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdShortTraits
 
 template <class T>
 hipError_t LaunchFwdCfShort(const KParams& k, hipStream_t s) {
-  constexpr int kTeams = kTeamsPerBlock;
+  constexpr int kTeams = detail::kFwdShortTeams;
   const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
   const bool launched = WidthSwitch(k.width, [&](auto w) {
     fwd_cf_short_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
