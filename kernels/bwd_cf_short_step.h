@@ -46,10 +46,15 @@ struct RowChannel {
     if (!kAlways && !carry) return mod_fast(row, dim);
     const I here = d;
     d += rps;
-    // Once at most when D >= rps; no loop (a loop's branches cost the
-    // 16-bit step 9 instructions and a reconvergence).
-    if (d >= dim) d -= static_cast<I>(dim);
-    if (d >= dim) d = static_cast<I>(mod_fast(d, dim));
+    if constexpr (kAlways) {
+      // Once at most when D >= rps; no loop (a loop's branches cost the
+      // 16-bit step 9 instructions and a reconvergence).
+      if (d >= dim) d -= static_cast<I>(dim);
+      if (d >= dim) d = static_cast<I>(mod_fast(d, dim));
+    } else {
+      // The fp32 kernel (80 registers) was 0.7 points faster with the loop.
+      while (d >= dim) d -= static_cast<I>(dim);
+    }
     return here;
   }
 };
