@@ -319,14 +319,14 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
   // the 16-bit one past W = 5 it spilled 36-96 bytes and lost 5 points.
   constexpr bool kDirect = sizeof(S) < 4 && W <= 5;
   const bool direct32 = kDirect && ws_off < 0 && p.gwtype == 0;
-  row_sums_scatter<W>(dws, wk.lane, wk.lpr, [&](int k, float v) {
+  row_sums_scatter<W>(dws, wk.lane, wk.lpr, [&](int k, float v, bool mine) {
     if (direct32) {
       float* const dst = k < W ? static_cast<float*>(dweight) + d * W + k
                                : static_cast<float*>(dbias) + d;
-      if (rowv && (k < W || p.has_bias)) *dst = v;
+      if (mine && rowv && (k < W || p.has_bias)) *dst = v;
       return;
     }
-    if (!rowv) return;
+    if (!mine || !rowv) return;
     if (ws_off < 0) {
       // B = 1 (planner): the channel's whole sum.
       if (k < W) store_any(dweight, d * W + k, p.gwtype, v);

@@ -120,8 +120,10 @@ __device__ __forceinline__ void scatter_level(const float (&in)[kIn], float (&ou
 // 4), in a fixed order. A reduce-scatter: at masks 1, 2 and 4 each lane
 // pair splits the values it holds, so a lane ends with ceil((W + 1) / 8)
 // of them (lpr = 4: ceil((W + 1) / 4)), chosen by its low lane bits; plain
-// butterflies over the higher masks do the rest. Calls put(k, sum k) once
-// per k in the row, from the lanes 0..7 of the row's group that hold it.
+// butterflies over the higher masks do the rest. Every lane calls
+// put(k, v, mine) for each value it holds (no divergent branch around the
+// stores); mine is true once per k in the row, on the lane of the row's
+// lanes 0..7 that holds sum k, and only there are k and v meaningful.
 template <int W, class Put>
 __device__ __forceinline__ void row_sums_scatter(const float (&dws)[W + 1], int lane, int lpr,
                                                  Put&& put) {
@@ -136,9 +138,7 @@ __device__ __forceinline__ void row_sums_scatter(const float (&dws)[W + 1], int 
   const int kb = b0 ? kN1 : 0;              // h1[j] holds sum kb + j ..
   const int cnt = b0 ? W + 1 - kN1 : kN1;  // .. for j < cnt (zeros after)
   const int j = b1 ? kN2 : 0;               // h2[i] is h1[j + i]
-  auto emit = [&](int jj, float v) {
-    if (first8 && jj < cnt) put(kb + jj, v);
-  };
+  auto emit = [&](int jj, float v) { put(kb + jj, v, first8 && jj < cnt); };
   if (lpr == 4) {
 #pragma unroll
     for (int i = 0; i < kN2; ++i) emit(j + i, h2[i]);
