@@ -90,6 +90,18 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   S* dxp = static_cast<S*>(seg.out(Role::kDx)) + rbase;
   // Row position of this lane's first element in step st.
   auto tpos = [&](int st) { return lpos - o + static_cast<int64_t>(st) * kStep; };
+  // The row's weights and bias: loaded before the ring's first copies and
+  // converted after them and the carry's loads, so that these latencies
+  // overlap (each is a chain of dependent loads from the segment table on).
+  uint32_t wbits[W], bbits = 0;
+  {
+    const int64_t d = mod_fast(row, p.dim);
+    const void* wsrc = seg.in(Role::kWeight);
+    const void* bsrc = seg.in(Role::kBias);
+#pragma unroll
+    for (int k = 0; k < W; ++k) wbits[k] = load_bits(wsrc, d * W + k, p.wtype);
+    if (p.has_bias) bbits = load_bits(bsrc, d, p.wtype);
+  }
 
   // Step st's vectors into slot `slot` (st < nsteps), or for st == nsteps
   // lane 31's vectors just past the chunk (when inside the row); zeros
@@ -121,12 +133,9 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     if (last) load_left<T, N, W>(p, seg, xrow, row, c0 - o, carry);
   }
   float w[W], bias = 0.0f;
-  {
-    const int64_t d = mod_fast(row, p.dim);
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = load_any(seg.in(Role::kWeight), d * W + k, p.wtype);
-    if (p.has_bias) bias = load_any(seg.in(Role::kBias), d, p.wtype);
-  }
+  for (int k = 0; k < W; ++k) w[k] = bits_to_float(wbits[k], p.wtype);
+  if (p.has_bias) bias = bits_to_float(bbits, p.wtype);
 
   float dw[W + 1];  // [W] is dbias
 #pragma unroll
