@@ -221,17 +221,11 @@ __device__ __forceinline__ uint4 pack_words(const float (&in)[4]) {
 
 // Runtime-typed scalar access for small tensors (weights, bias, states,
 // dweight): the dtype is uniform across a launch, so the switch costs a
-// predictable branch.
-__device__ __forceinline__ float load_any(const void* p, int64_t i, int type) {
-  if (type == 0) return static_cast<const float*>(p)[i];
-  const uint16_t v = static_cast<const uint16_t*>(p)[i];
-  return type == 1 ? f16_to_float(v) : bf16_to_float(v);
-}
-
-// load_any in two halves: the load (raw bits, no conversion) and the
-// conversion, so that a tile can issue its small loads first and convert
-// them after its other loads are in flight; a conversion right after its
-// load stalls the lane there for the load's whole latency.
+// predictable branch. load_bits and bits_to_float are load_any's two
+// halves (the load, raw bits; the conversion), so that a tile can issue its
+// small loads first and convert them after its other loads are in flight:
+// a conversion right after its load stalls the lane there for the load's
+// whole latency.
 __device__ __forceinline__ uint32_t load_bits(const void* p, int64_t i, int type) {
   if (type == 0) return __float_as_uint(static_cast<const float*>(p)[i]);
   return static_cast<const uint16_t*>(p)[i];
@@ -240,6 +234,9 @@ __device__ __forceinline__ float bits_to_float(uint32_t v, int type) {
   if (type == 0) return __uint_as_float(v);
   const uint16_t h = static_cast<uint16_t>(v);
   return type == 1 ? f16_to_float(h) : bf16_to_float(h);
+}
+__device__ __forceinline__ float load_any(const void* p, int64_t i, int type) {
+  return bits_to_float(load_bits(p, i, type), type);
 }
 
 __device__ __forceinline__ void store_any(void* p, int64_t i, int type, float f) {
