@@ -165,8 +165,15 @@ template <class T>
 hipError_t LaunchBwdCfShort(const KParams& k, hipStream_t s);   // bwd_cf_short.hip
 template <class T>
 hipError_t LaunchBwdCfRun(const KParams& k, hipStream_t s);     // bwd_cf_run.hip
+// bwd_cf_stream.h; one source per type (bwd_cf_stream_{f32,f16,bf16}.hip).
 template <class T>
-hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s);  // bwd_cf_stream.hip
+hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s);
+template <>
+hipError_t LaunchBwdCfStream<F32>(const KParams& k, hipStream_t s);
+template <>
+hipError_t LaunchBwdCfStream<F16>(const KParams& k, hipStream_t s);
+template <>
+hipError_t LaunchBwdCfStream<BF16>(const KParams& k, hipStream_t s);
 template <class T>
 hipError_t LaunchBwdCfWalk(const KParams& k, hipStream_t s);    // bwd_cf_walk.hip
 template <class T>

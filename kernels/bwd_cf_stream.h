@@ -2,6 +2,15 @@
 // (bwd_cf_stream_kernel): a team walks one chunk of a row with the loads of
 // the next steps in flight in a shared-memory ring; rows of any length on
 // the shifted vector grid (kVecShifted).
+//
+// The family's kernel and launcher; each element type is instantiated in
+// its own source (bwd_cf_stream_{f32,f16,bf16}.hip), since the family is
+// the slowest of all to compile (its kernels per width, activation and
+// grid) and one source per type lets builds run them in parallel. Include
+// from those sources only. Device code; no state.
+#ifndef CONV1D_KERNELS_BWD_CF_STREAM_H_
+#define CONV1D_KERNELS_BWD_CF_STREAM_H_
+
 #include "kernels/bwd_common.h"
 
 namespace conv1d::kernels::dev {
@@ -382,10 +391,10 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
 }
 
 
-}  // namespace
-
+// The launcher of LaunchBwdCfStream<T> (bwd_common.h), which each type's
+// source defines as this.
 template <class T>
-hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s) {
+hipError_t LaunchBwdCfStreamOf(const KParams& k, hipStream_t s) {
   constexpr int kTeams = kTeamsPerBlock;
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
   const bool launched = WidthSwitch(k.width, [&](auto w) {
@@ -394,8 +403,7 @@ hipError_t LaunchBwdCfStream(const KParams& k, hipStream_t s) {
   return launched ? hipGetLastError() : hipErrorInvalidValue;
 }
 
-template hipError_t LaunchBwdCfStream<F32>(const KParams&, hipStream_t);
-template hipError_t LaunchBwdCfStream<F16>(const KParams&, hipStream_t);
-template hipError_t LaunchBwdCfStream<BF16>(const KParams&, hipStream_t);
-
+}  // namespace
 }  // namespace conv1d::kernels::dev
+
+#endif  // CONV1D_KERNELS_BWD_CF_STREAM_H_

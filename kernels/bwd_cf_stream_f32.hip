@@ -1,0 +1,12 @@
+// The channel-first stream backward (kernels/bwd_cf_stream.h) for f32
+// inputs.
+#include "kernels/bwd_cf_stream.h"
+
+namespace conv1d::kernels::dev {
+
+template <>
+hipError_t LaunchBwdCfStream<F32>(const KParams& k, hipStream_t s) {
+  return LaunchBwdCfStreamOf<F32>(k, s);
+}
+
+}  // namespace conv1d::kernels::dev
