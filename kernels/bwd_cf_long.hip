@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
-    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    const Conv1dSegment seg = p.segs[find_tile_segment(p, tile, lane)];
     if (is_short_tile(seg) || is_stream_tile(seg)) continue;
     bwd_cf_team_loads<T, W>(p, seg, tile - seg.tile_begin, lane);
   }

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
     // Recomputed per run rather than kept live across the walk.
     const int64_t tile_end = p.tile_begin + ntiles * (gteam + 1) / nteams;
     if (tile >= tile_end) break;
-    const int idx = find_segment_team(p.segs, p.nseg, tile, lane);
+    const int idx = find_tile_segment(p, tile, lane);
     const Conv1dSegment& seg = p.segs[idx];
     const int64_t local = tile - seg.tile_begin;
     if (!is_short_tile(seg)) {

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
     if (tile >= p.total_tiles) continue;
     // By reference: fields are read where used (the dweight pointers only
     // at the end), which keeps them out of registers across the tile.
-    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    const Conv1dSegment& seg = p.segs[find_tile_segment(p, tile, lane)];
     if (!is_short_tile(seg)) continue;
     // The planner gives this kernel no tile when the halo exceeds a vector.
     if constexpr (detail::HaloInVector(W, kVecElts<T>)) {

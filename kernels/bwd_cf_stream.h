@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
   for (int64_t blk = blockIdx.x; blk * kTeamsPerBlock < ntiles; blk += gridDim.x) {
     const int64_t tile = p.tile_begin + blk * kTeamsPerBlock + team;
     if (tile >= p.total_tiles) continue;
-    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    const Conv1dSegment& seg = p.segs[find_tile_segment(p, tile, lane)];
     if (!is_stream_tile(seg) || seg.ws_partial_offset == kWsWalked) continue;
     const int64_t local = tile - seg.tile_begin;
     const bool shift = seg.vec == kVecShifted;

@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalk
   for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
     const int64_t tile = p.tile_begin + blk * kTeams + team;
     if (tile >= p.total_tiles) continue;
-    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    const Conv1dSegment& seg = p.segs[find_tile_segment(p, tile, lane)];
     // See seg_lines_together.
     if (!(is_stream_tile(seg) & (seg.ws_partial_offset == kWsWalked) & seg_lines_together(seg))) continue;
     BoolSwitch(p.silu, [&](auto silu) {

@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::BwdClTraits<sizeof
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
   for (int64_t tile = blockIdx.x; tile < p.total_tiles; tile += gridDim.x) {
-    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, tx)];
+    const Conv1dSegment seg = p.segs[find_tile_segment(p, tile, tx)];
     if (seg.vec) {
       BoolSwitch(p.silu, [&](auto silu) {
         bwd_cl_ring<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, tx, ty, smem, red);

@@ -354,6 +354,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     }
     std::copy(scratch.begin(), scratch.end(), segs);
   }
+  int64_t uniform = n > 0 ? counts[0].tiles : 0;
   {
     int64_t t = 0, fl = 0;
     for (int32_t j = 0; j < n; ++j) {
@@ -366,6 +367,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       s.ws_grad_offset = fl;
       t += seg_tiles;
       fl += seg_floats;
+      if (seg_tiles != uniform) uniform = 0;
       if (seg_tiles > 0) {
         if (lo[kind] < 0) lo[kind] = s.tile_begin;
         hi[kind] = t;
@@ -385,6 +387,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   plan->stream_tile_end = hi[2];
   plan->walk_tile_begin = lo[3] < 0 ? 0 : lo[3];
   plan->walk_tile_end = hi[3];
+  plan->uniform_tiles =
+      uniform > 0 && tiles < (int64_t{1} << 31) ? static_cast<int32_t>(uniform) : 0;
   plan->reduce_dw = reduce ? 1 : 0;
   plan->max_partials = max_partials;
   return hipSuccess;

@@ -152,6 +152,11 @@ struct Conv1dPlanInfo {
   int64_t stream_tile_end = 0;
   int64_t walk_tile_begin = 0;
   int64_t walk_tile_end = 0;
+  // When every segment owns the same number of tiles (a fused batch of
+  // one shape) and the table fewer than 2^31: that number, and the kernels
+  // find a tile's segment by a division instead of searching the table.
+  // 0 otherwise.
+  int32_t uniform_tiles = 0;
   int32_t reduce_dw = 0;  // backward: 1 if any segment writes dweight partials
   // Backward: the most partials of one (segment, channel), batch * nchunks
   // over the segments that write partials (reduce_dw_kernel's mode).

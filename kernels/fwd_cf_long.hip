@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   auto run = [&](int64_t tile) {
-    const Conv1dSegment seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    const Conv1dSegment seg = p.segs[find_tile_segment(p, tile, lane)];
     if (is_stream_tile(seg) || is_short_tile(seg)) return;
     const int64_t local = tile - seg.tile_begin;
     // Scalar rows only: every vector-path row is a short or stream tile.

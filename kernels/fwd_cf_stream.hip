@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, detail::FwdSt
   for (int64_t blk = blockIdx.x; blk * kTeams < ntiles; blk += gridDim.x) {
     const int64_t tile = p.tile_begin + blk * kTeams + team;
     if (tile >= p.total_tiles) continue;
-    const Conv1dSegment& seg = p.segs[find_segment_team(p.segs, p.nseg, tile, lane)];
+    const Conv1dSegment& seg = p.segs[find_tile_segment(p, tile, lane)];
     if (!stream_tile_head<T>(seg)) continue;
     BoolSwitch(p.silu, [&](auto silu) {
       if (seg.vec == kVecShifted) {
