@@ -295,14 +295,7 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
   if (p.ret_dinit) {  // uniform: the lanes' branch only when asked for
     if (first && ok) {
       // x̃ positions 0 .. W-2 before x; g at t < W-1 < N is this lane's.
-      S* dinit = wk.dinit0 + r * kH;
-#pragma unroll
-      for (int i = 0; i < kH; ++i) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k <= i; ++k) acc += w[k] * g[i - k];
-        dinit[i] = T::from_f(acc);
-      }
+      store_dinit_row<T, W>(wk.dinit0 + r * kH, w, g);
     }
   }
   // The row's W + 1 sums over its lpr lanes, stored by the lanes that end

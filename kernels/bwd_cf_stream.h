@@ -16,8 +16,6 @@
 namespace conv1d::kernels::dev {
 namespace {
 
-using detail::kClCols;
-using detail::kClRows;
 using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
@@ -189,17 +187,10 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     if (p.ret_dinit && (kShift || st == 0) && t0 <= 0 && t0 + N > 0) {
       // g at t is element t + o of gc then gh (L > kTeam, so dfinal_states
       // never reaches dinitial_states).
-      S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
       const int sh = kShift ? static_cast<int>(-t0) : 0;
       float g0[kH];  // g at t = 0 .. kH-1
       window_at(gc, gh, sh, g0);
-#pragma unroll
-      for (int i = 0; i < kH; ++i) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k <= i; ++k) acc += w[k] * g0[i - k];
-        dinit[i] = T::from_f(acc);
-      }
+      store_dinit_row<T, W>(static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH, w, g0);
     }
   };
   auto step = [&](auto first_step, int st) {

@@ -131,14 +131,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
     if constexpr (kFirstStep) {
       if (p.ret_dinit && first) {
         // L > kTeam * N (stream rows), so dfinal_states never reaches here.
-        S* dinit = static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH;
-#pragma unroll
-        for (int i = 0; i < kH; ++i) {
-          float acc = 0.0f;
-#pragma unroll
-          for (int k = 0; k <= i; ++k) acc += w[k] * gs[i - k];
-          dinit[i] = T::from_f(acc);
-        }
+        store_dinit_row<T, W>(static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH, w, gs);
       }
     } else {
       // Step st-1 is full and not the row's last: no range checks, no dfinal.

@@ -19,6 +19,22 @@ __device__ __forceinline__ float grad_of(float dout, float z, bool silu) {
   return silu ? silu_backward_f(dout, z) : dout;
 }
 
+// A row's dinitial_states from g at t = 0 .. W-2 (g[0 .. W-2]): the
+// initial state's element i reaches the outputs at t <= i through weights
+// k <= i, so dinit[i] = sum over k <= i of w[k] g[i - k]. Callers add no
+// dfinal_states term: their rows are longer than the state.
+template <class T, int W>
+__device__ __forceinline__ void store_dinit_row(typename T::S* dinit, const float (&w)[W],
+                                                const float* g) {
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k <= i; ++k) acc += w[k] * g[i - k];
+    dinit[i] = T::from_f(acc);
+  }
+}
+
 // A channel's dweight/dbias (v[W] the bias) stored by the kernel that
 // summed all of it (the walk; the stream backward's kWsDirect rows): 0 +
 // sum, the bytes reduce_dw_kernel stores from a single partial.
