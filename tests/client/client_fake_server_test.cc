@@ -2,6 +2,8 @@
 // pushback, attempt limits, deadlines, async calls over several channels,
 // typed calls from TensorViews, large messages, and grpc.health.v1 through gRPC's built-in health service
 // (which checks that the client's copy of health.proto matches the wire).
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "client/conv1d_client.h"
@@ -251,7 +254,7 @@ TEST_F(ClientTest, HealthFollowsTheServer) {
 }
 
 TEST_F(ClientTest, SendsTheBearerTokenWithEveryCall) {
-  const std::string file = ::testing::TempDir() + "/client_token";
+  const std::string file = absl::StrCat(::testing::TempDir(), "client_token_", getpid());
   std::ofstream(file) << "tok-123456789abcdef\nsecond line ignored\n";
   for (bool from_file : {false, true}) {
     ClientOptions o;

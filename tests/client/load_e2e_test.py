@@ -262,7 +262,9 @@ class LoadAgainstEcho(unittest.TestCase):
         (s,) = rep["steps"]  # the second level is not run
         self.assertTrue(s["overloaded"], s)
         self.assertLess(s["measured_s"], 2.0)
-        self.assertGreater(s["max_late_us"], 100e3)
+        # The send that ended the step was over 100 ms behind; the report keeps
+        # six significant digits, so 100.0004 ms reads 100000.
+        self.assertGreaterEqual(s["max_late_us"], 100e3)
         self.assertIn("OVERLOADED (ended early)", r.stdout)
         self.assertIn("the higher levels are not run", r.stdout)
 

@@ -1,10 +1,13 @@
 // Unit tests of the token file parser, the authenticator, the weight-set
 // policy (server/frontend/auth.h) and the listen address check
 // (listen_address.h).
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/core/weight_registry.h"
 #include "server/frontend/auth.h"
@@ -59,7 +62,8 @@ TEST(TokenFile, RefusesBadLinesNamingTheLineWithoutTheToken) {
 class AuthenticatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "/auth_test_tokens";
+    // One file per process: ctest runs these tests side by side.
+    path_ = absl::StrCat(::testing::TempDir(), "auth_test_tokens_", getpid());
     Write(TokenFile());
     absl::StatusOr<std::unique_ptr<Authenticator>> a = Authenticator::Create(path_);
     ASSERT_TRUE(a.ok()) << a.status();

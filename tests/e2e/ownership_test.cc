@@ -126,7 +126,8 @@ class OwnershipTest : public ::testing::Test {
     options.backend.name = "cpu";
     options.backend.threads = 2;
     if (auth) {
-      tokens_ = ::testing::TempDir() + "/ownership_test_tokens";
+      // One file per process: ctest runs these tests side by side.
+      tokens_ = absl::StrCat(::testing::TempDir(), "ownership_test_tokens_", getpid());
       std::ofstream(tokens_, std::ios::trunc) << "# token principal role\n"
                                               << kAlice << " alice infer\n"
                                               << kBob << " bob infer\n"
