@@ -18,6 +18,7 @@ using detail::WidthSwitch;
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock,
                                   detail::BwdCfTraits<W>::kMinBlocks) bwd_cf_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
@@ -37,10 +38,12 @@ template <class T>
 hipError_t LaunchBwdCfLong(const KParams& k, hipStream_t s) {
   constexpr int kTeams = kTeamsPerBlock;
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
+  // The first of a run's launches (bwd_launch.hip), so never a dependent.
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    bwd_cf_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(false, bwd_cf_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 template hipError_t LaunchBwdCfLong<F32>(const KParams&, hipStream_t);

@@ -43,6 +43,7 @@ template <class T, int W>
 __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename T::S)),
                                   detail::BwdShortMinBlocks(sizeof(typename T::S)))
     bwd_cf_short_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   // Each team's ring of in-flight steps (bwd_cf_rows_team).
   __shared__ uint4 stage[kTeams][detail::kBwdShortPrefetch + 1][2][kTeam];
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
       bwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     }
   }
+  gpu_exit_after_prerequisites();  // see LaunchKernel
 }
 
 
@@ -71,10 +73,11 @@ template <class T>
 hipError_t LaunchBwdCfShort(const KParams& k, hipStream_t s) {
   constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    bwd_cf_short_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(k.after_previous, bwd_cf_short_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 template hipError_t LaunchBwdCfShort<F32>(const KParams&, hipStream_t);

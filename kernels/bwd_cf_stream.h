@@ -361,6 +361,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTraits::kMinBlocks)
     bwd_cf_stream_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   // Each team's ring of in-flight steps (bwd_cf_stream_team).
   __shared__ uint4 stage[kTeamsPerBlock][detail::kBwdStreamPrefetch + 1][2][kTeam];
   const int lane = threadIdx.x % kTeam;
@@ -379,6 +380,7 @@ __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::BwdStreamTrait
       else bwd_cf_stream_team<T, W, kSilu, false>(p, seg, local, lane, stage[team]);
     });
   }
+  gpu_exit_after_prerequisites();  // see LaunchKernel
 }
 
 
@@ -388,10 +390,11 @@ template <class T>
 hipError_t LaunchBwdCfStreamOf(const KParams& k, hipStream_t s) {
   constexpr int kTeams = kTeamsPerBlock;
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    bwd_cf_stream_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(k.after_previous, bwd_cf_stream_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 }  // namespace

@@ -191,6 +191,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalkTraits::kMinBlocks)
     bwd_cf_walk_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   constexpr int kTeams = detail::kBwdWalkTeams;
   __shared__ uint4 stage[kTeams][detail::kBwdStreamPrefetch + 1][2][kTeam];
   const int lane = threadIdx.x % kTeam;
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalk
       bwd_cf_stream_walk<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     });
   }
+  gpu_exit_after_prerequisites();  // see LaunchKernel
 }
 
 
@@ -215,10 +217,11 @@ template <class T>
 hipError_t LaunchBwdCfWalk(const KParams& k, hipStream_t s) {
   constexpr int kTeams = detail::kBwdWalkTeams;
   unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    bwd_cf_walk_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(k.after_previous, bwd_cf_walk_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 template hipError_t LaunchBwdCfWalk<F16>(const KParams&, hipStream_t);

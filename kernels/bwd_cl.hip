@@ -442,6 +442,7 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
 template <class T, int W>
 __global__ void __launch_bounds__(kClCols * kClRows, (detail::BwdClTraits<sizeof(typename T::S), W>::kMinBlocks))
     bwd_cl_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   constexpr int kRedBytes = kClRows * kClCols * detail::kClVecBwd * (W + 1) * 4;
   constexpr int kRingBytes = detail::ClBwdRingBytes(sizeof(typename T::S));
   __shared__ uint4 smem[(kRedBytes > kRingBytes ? kRedBytes : kRingBytes) / 16];

@@ -1,6 +1,10 @@
 // The backward's launch (LaunchBwdChannelFirst / LaunchBwdChannelLast): the
 // kernel family of each tile range the planner made, then the dweight
-// reduction when any segment wrote partials.
+// reduction when any segment wrote partials. On CUDA each family after the
+// first (the 16-bit persistent short-row kernel aside) and the reduction
+// are dependent launches (LaunchKernel in conv1d_device.h): the next one's
+// blocks take the SMs the one before frees in its last wave; the families
+// write disjoint tiles, and the reduction waits for the partials.
 #include "kernels/bwd_common.h"
 
 namespace conv1d::kernels {
@@ -17,7 +21,9 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
     if (end <= begin) return hipSuccess;
     k.tile_begin = begin;
     k.total_tiles = end;
-    return launch(k, s);
+    const hipError_t e = launch(k, s);
+    k.after_previous = true;  // the next family may overlap this one's tail
+    return e;
   };
   hipError_t e = range(plan.long_tile_begin, plan.long_tile_end, &LaunchBwdCfLong<T>);
   if (e != hipSuccess) return e;

@@ -1,12 +1,15 @@
 // Device-side helpers shared by the conv1d kernel sources: the by-value
-// kernel parameter block, segment lookup over the ragged segment table, and
-// fixed-order (deterministic) team reductions.
+// kernel parameter block, the kernel launch (ordinary or dependent),
+// segment lookup over the ragged segment table, and fixed-order
+// (deterministic) team reductions.
 //
-// Used by kernels/*.hip only. Device functions and plain structs; no state.
+// Used by kernels/*.hip only. Device functions, plain structs and a
+// reentrant launch helper; no state.
 #ifndef CONV1D_KERNELS_CONV1D_DEVICE_H_
 #define CONV1D_KERNELS_CONV1D_DEVICE_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/conv1d_internal.h"
 #include "kernels/conv1d_params.h"
@@ -35,6 +38,10 @@ struct KParams {
   bool ret_dinit;
   float* partials;     // workspace: dweight/dbias partials
   float* gbuf;         // workspace: g (general backward path)
+  // Launched as a dependent of the previous kernel family's launch (see
+  // LaunchKernel): the families of one run write disjoint tiles, so they
+  // may overlap.
+  bool after_previous;
 };
 
 inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
@@ -59,6 +66,39 @@ inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
   k.partials = static_cast<float*>(ws);
   k.gbuf = k.partials;
   return k;
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...); when `dependent`,
+// as a dependent of the kernel before it in the stream: on CUDA
+// (programmatic stream serialization) its blocks may become resident while
+// that kernel's last blocks still run, once they have all called
+// gpu_allow_dependents(). A kernel launched so must call
+// gpu_wait_prerequisites() before it reads anything the kernel before it
+// wrote, and in any case before it exits, so that whatever follows in the
+// stream finds both finished. HIP: an ordinary launch either way. Returns
+// the launch's error.
+template <class... KArgs, class... Args>
+inline hipError_t LaunchKernel(bool dependent, void (*kernel)(KArgs...), unsigned grid,
+                               unsigned block, hipStream_t stream, Args&&... args) {
+#if defined(CONV1D_PLATFORM_CUDA)
+  if (dependent) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  }
+#else
+  (void)dependent;
+#endif
+  kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
+  return hipGetLastError();
 }
 
 // See WidthSwitch (conv1d_internal.h).

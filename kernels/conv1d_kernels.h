@@ -11,6 +11,8 @@
 //   4. Conv1dRun(problem, plan, device_segments, workspace, stream)
 //      -> enqueues the kernels on `stream` and returns the runtime's error
 //      code of the launch (hipSuccess, or why it failed). Never throws.
+//      The kernels of one run may overlap one another (dependent launches
+//      on CUDA); whatever the stream does next sees all of them finished.
 //
 // Workspace: `plan.workspace_bytes` of device memory (0 for forward and
 // update), 256-byte aligned, needing no initialisation. One workspace must

@@ -222,6 +222,7 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
 
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock, detail::FwdCfTraits<W>::kMinBlocks) fwd_cf_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   __shared__ float stage[kTeamsPerBlock][kShortRowStageFloats<W>];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
@@ -260,10 +261,12 @@ template <class T>
 hipError_t LaunchFwdCfLong(const KParams& k, hipStream_t s) {
   constexpr int kTeams = kTeamsPerBlock;
   const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
+  // The first of a run's launches (fwd_launch.hip), so never a dependent.
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    fwd_cf_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(false, fwd_cf_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 template hipError_t LaunchFwdCfLong<F32>(const KParams&, hipStream_t);

@@ -164,6 +164,7 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * detail::kFwdShortTeams, detail::FwdShortTraits<W>::kMinBlocks)
     fwd_cf_short_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   constexpr int kTeams = detail::kFwdShortTeams;
   // Each team's ring of in-flight steps and its states' staging
   // (fwd_cf_rows_team; 4 bytes per element covers every type).
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(kTeam * detail::kFwdShortTeams, detail::FwdSho
                              reinterpret_cast<typename T::S*>(sstate[team]));
     }
   }
+  gpu_exit_after_prerequisites();  // see LaunchKernel
 }
 
 
@@ -197,10 +199,11 @@ template <class T>
 hipError_t LaunchFwdCfShort(const KParams& k, hipStream_t s) {
   constexpr int kTeams = detail::kFwdShortTeams;
   const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    fwd_cf_short_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(k.after_previous, fwd_cf_short_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 template hipError_t LaunchFwdCfShort<F32>(const KParams&, hipStream_t);

@@ -174,6 +174,7 @@ __device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, detail::FwdStreamTraits<W>::kMinBlocks)
     fwd_cf_stream_kernel(KParams p) {
+  gpu_allow_dependents();  // the next launch may take the SMs this one frees
   constexpr int kTeams = detail::kFwdStreamTeams;
   // Each team's ring of in-flight steps (fwd_cf_stream_team).
   __shared__ uint4 stage[kTeams][detail::kFwdStreamPrefetch + 1][kTeam];
@@ -193,6 +194,7 @@ __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams, detail::FwdSt
       }
     });
   }
+  gpu_exit_after_prerequisites();  // see LaunchKernel
 }
 
 
@@ -202,10 +204,11 @@ template <class T>
 hipError_t LaunchFwdCfStream(const KParams& k, hipStream_t s) {
   constexpr int kTeams = detail::kFwdStreamTeams;
   const unsigned grid = GridFor((k.total_tiles - k.tile_begin + kTeams - 1) / kTeams);
+  hipError_t e = hipSuccess;
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    fwd_cf_stream_kernel<T, decltype(w)::value><<<grid, kTeam * kTeams, 0, s>>>(k);
+    e = LaunchKernel(k.after_previous, fwd_cf_stream_kernel<T, decltype(w)::value>, grid, kTeam * kTeams, s, k);
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
 
 template hipError_t LaunchFwdCfStream<F32>(const KParams&, hipStream_t);

@@ -1,5 +1,8 @@
 // The forward's launch (LaunchFwdChannelFirst / LaunchFwdChannelLast): the
-// kernel family of each tile range the planner made.
+// kernel family of each tile range the planner made. On CUDA each family
+// after the first is a dependent launch (LaunchKernel in conv1d_device.h):
+// its blocks take the SMs the one before frees in its last wave (the
+// families write disjoint tiles).
 #include "kernels/fwd_common.h"
 
 namespace conv1d::kernels {
@@ -22,7 +25,9 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
     if (end <= range_begin) return hipSuccess;
     k.tile_begin = begin;
     k.total_tiles = end;
-    return launch(k, s);
+    const hipError_t e = launch(k, s);
+    k.after_previous = true;  // the next family may overlap this one's tail
+    return e;
   };
   constexpr bool k16 = sizeof(typename T::S) == 2;
   hipError_t e = range(plan.long_tile_begin, k16 ? plan.long_tile_begin : 0, plan.long_tile_end,

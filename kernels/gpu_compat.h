@@ -35,6 +35,11 @@ __device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
 // Orders the team's shared-memory writes before its later reads (a
 // wavefront runs in lockstep; this stops the compiler moving them across).
 __device__ __forceinline__ void gpu_team_sync() { __builtin_amdgcn_wave_barrier(); }
+// Dependent launches (see the CUDA branch): HIP launches in stream order,
+// so these are no-ops.
+__device__ __forceinline__ void gpu_allow_dependents() {}
+__device__ __forceinline__ void gpu_wait_prerequisites() {}
+__device__ __forceinline__ void gpu_exit_after_prerequisites() {}
 #endif
 
 #else  // CUDA
@@ -107,6 +112,29 @@ __device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
 // Barrier of the caller's team with shared-memory ordering; every lane must
 // call it.
 __device__ __forceinline__ void gpu_team_sync() { __syncwarp(); }
+// Programmatic dependent launch (sm_90 and later; no-ops before): a kernel
+// launched with LaunchDependent (conv1d_device.h) may start once every
+// block of the kernel before it in the stream has called
+// gpu_allow_dependents() or exited; gpu_wait_prerequisites() then blocks
+// until that kernel has finished and its writes are visible.
+__device__ __forceinline__ void gpu_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gpu_wait_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// The same wait as a kernel's last statement, for a kernel that reads
+// nothing the kernel before it wrote: it only holds the exit. No memory
+// clobber, so the kernel's own loads and stores are scheduled as without it.
+__device__ __forceinline__ void gpu_exit_after_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;");
+#endif
+}
 #endif
 
 #endif  // platform

@@ -63,6 +63,9 @@ __device__ __forceinline__ void sum_in_order(const float* part, int64_t nparts, 
 // butterfly).
 template <bool kLanes>
 __global__ void __launch_bounds__(kTeam * kTeamsPerBlock) reduce_dw_kernel(KParams p) {
+  // Launched as a dependent of the main kernel: the partials are complete
+  // from here on.
+  gpu_wait_prerequisites();
   const int lane = threadIdx.x % kTeam;
   const int W = p.width;
   const int64_t total = static_cast<int64_t>(p.nseg) * p.dim;
@@ -123,11 +126,11 @@ hipError_t LaunchReduceDw(const KParams& k, int64_t max_partials, hipStream_t s)
   const int64_t pairs = static_cast<int64_t>(k.nseg) * k.dim;
   if (max_partials <= kInOrderMax && pairs >= kLanesMinPairs) {
     const int64_t teams = (pairs + kTeam - 1) / kTeam;
-    reduce_dw_kernel<true><<<GridFor((teams + kTeamsPerBlock - 1) / kTeamsPerBlock), kTeam * kTeamsPerBlock, 0, s>>>(k);
-  } else {
-    reduce_dw_kernel<false><<<GridFor((pairs + kTeamsPerBlock - 1) / kTeamsPerBlock), kTeam * kTeamsPerBlock, 0, s>>>(k);
+    return LaunchKernel(true, reduce_dw_kernel<true>, GridFor((teams + kTeamsPerBlock - 1) / kTeamsPerBlock),
+                           kTeam * kTeamsPerBlock, s, k);
   }
-  return hipGetLastError();
+  return LaunchKernel(true, reduce_dw_kernel<false>, GridFor((pairs + kTeamsPerBlock - 1) / kTeamsPerBlock),
+                         kTeam * kTeamsPerBlock, s, k);
 }
 
 }  // namespace conv1d::kernels::dev

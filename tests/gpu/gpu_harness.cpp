@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "server/core/dtype.h"
 
@@ -128,63 +129,95 @@ void MakeInputs(const Conv1dProblem& p, SegmentData* s, std::mt19937_64& rng) {
   }
 }
 
+namespace {
+
+// Uploads every segment's inputs and poisoned outputs into `arena` and
+// fills `table` in the order of `segs`; `off` bytes misalign activations.
+void UploadSegments(std::vector<SegmentData>* segs, int64_t off, DeviceArena* arena,
+                    std::vector<Conv1dSegment>* table) {
+  table->assign(segs->size(), Conv1dSegment{});
+  for (size_t i = 0; i < segs->size(); ++i) {
+    SegmentData& s = (*segs)[i];
+    Conv1dSegment& t = (*table)[i];
+    t.batch = s.batch;
+    t.seqlen = s.seqlen;
+    t.state_len = s.state_len;
+    t.set(Role::kX, arena->Upload(s.x, off));
+    t.set(Role::kWeight, arena->Upload(s.weight));
+    t.set(Role::kBias, arena->Upload(s.bias));
+    t.set(Role::kInitialStates, arena->Upload(s.init));
+    t.set(Role::kDout, arena->Upload(s.dout, off));
+    t.set(Role::kDfinalStates, arena->Upload(s.dfinal));
+    t.set(Role::kConvState, arena->Upload(s.state));
+    t.set(Role::kY, arena->Poisoned(s.y, off));
+    t.set(Role::kFinalStates, arena->Poisoned(s.final_states));
+    t.set(Role::kDx, arena->Poisoned(s.dx, off));
+    t.set(Role::kDweight, arena->Poisoned(s.dweight));
+    t.set(Role::kDbias, arena->Poisoned(s.dbias));
+    t.set(Role::kDinitialStates, arena->Poisoned(s.dinit));
+    // state_out == nullptr-sized means in place: the test marks that by an
+    // empty state_out tensor with state data present.
+    t.set(Role::kConvStateOut, s.state_out.n > 0 ? arena->Poisoned(s.state_out) : t.out(Role::kConvState));
+  }
+}
+
+// Plans `table`, copies it to the device and allocates the workspace
+// (filled with garbage, which must not matter).
+std::string PlanAndPlace(const Conv1dProblem& p, std::vector<Conv1dSegment>* table,
+                         DeviceArena* arena, kernels::Conv1dPlanInfo* plan, Conv1dSegment** dtable,
+                         void** ws) {
+  const hipError_t e =
+      kernels::Conv1dPlan(p, table->data(), static_cast<int32_t>(table->size()), plan);
+  if (e != hipSuccess) return std::string("plan: ") + hipGetErrorString(e);
+  *dtable = reinterpret_cast<Conv1dSegment*>(
+      arena->Alloc(static_cast<int64_t>(table->size() * sizeof(Conv1dSegment))));
+  *ws = plan->workspace_bytes > 0 ? arena->Alloc(plan->workspace_bytes) : nullptr;
+  if (!arena->err.empty()) return arena->err;
+  hipMemcpy(*dtable, table->data(), table->size() * sizeof(Conv1dSegment), hipMemcpyHostToDevice);
+  if (*ws) hipMemset(*ws, 0xff, static_cast<size_t>(plan->workspace_bytes));
+  return "";
+}
+
+// Where each segment of the caller's order sits in the planned table (the
+// plan orders it by kernel family; source_index is each one's place).
+std::vector<size_t> PlannedIndex(const std::vector<Conv1dSegment>& table) {
+  std::vector<size_t> at(table.size());
+  for (size_t j = 0; j < table.size(); ++j) at[static_cast<size_t>(table[j].source_index)] = j;
+  return at;
+}
+
+// The output roles of a segment and the host tensor each one lands in.
+std::vector<std::pair<Role, HostTensor*>> Outputs(SegmentData* s) {
+  return {{Role::kY, &s->y},           {Role::kFinalStates, &s->final_states},
+          {Role::kDx, &s->dx},         {Role::kDweight, &s->dweight},
+          {Role::kDbias, &s->dbias},   {Role::kDinitialStates, &s->dinit}};
+}
+
+}  // namespace
+
 std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, bool misalign,
                      int repeats) {
   DeviceArena arena;
   const int64_t off = misalign ? ElemSize(p.x_type) : 0;
-  std::vector<Conv1dSegment> table(segs->size());
-  for (size_t i = 0; i < segs->size(); ++i) {
-    SegmentData& s = (*segs)[i];
-    Conv1dSegment& t = table[i];
-    t.batch = s.batch;
-    t.seqlen = s.seqlen;
-    t.state_len = s.state_len;
-    t.set(Role::kX, arena.Upload(s.x, off));
-    t.set(Role::kWeight, arena.Upload(s.weight));
-    t.set(Role::kBias, arena.Upload(s.bias));
-    t.set(Role::kInitialStates, arena.Upload(s.init));
-    t.set(Role::kDout, arena.Upload(s.dout, off));
-    t.set(Role::kDfinalStates, arena.Upload(s.dfinal));
-    t.set(Role::kConvState, arena.Upload(s.state));
-    t.set(Role::kY, arena.Poisoned(s.y, off));
-    t.set(Role::kFinalStates, arena.Poisoned(s.final_states));
-    t.set(Role::kDx, arena.Poisoned(s.dx, off));
-    t.set(Role::kDweight, arena.Poisoned(s.dweight));
-    t.set(Role::kDbias, arena.Poisoned(s.dbias));
-    t.set(Role::kDinitialStates, arena.Poisoned(s.dinit));
-    // state_out == nullptr-sized means in place: the test marks that by an
-    // empty state_out tensor with state data present.
-    t.set(Role::kConvStateOut, s.state_out.n > 0 ? arena.Poisoned(s.state_out) : t.out(Role::kConvState));
-  }
+  std::vector<Conv1dSegment> table;
+  UploadSegments(segs, off, &arena, &table);
   if (!arena.err.empty()) return arena.err;
   kernels::Conv1dPlanInfo plan;
-  hipError_t e = kernels::Conv1dPlan(p, table.data(), static_cast<int32_t>(table.size()), &plan);
-  if (e != hipSuccess) return std::string("plan: ") + hipGetErrorString(e);
-  auto* dtable = reinterpret_cast<Conv1dSegment*>(arena.Alloc(static_cast<int64_t>(table.size() * sizeof(Conv1dSegment))));
-  void* ws = plan.workspace_bytes > 0 ? arena.Alloc(plan.workspace_bytes) : nullptr;
-  if (!arena.err.empty()) return arena.err;
-  hipMemcpy(dtable, table.data(), table.size() * sizeof(Conv1dSegment), hipMemcpyHostToDevice);
-  // Garbage in the workspace must not matter.
-  if (ws) hipMemset(ws, 0xff, static_cast<size_t>(plan.workspace_bytes));
-  e = hipSuccess;
+  Conv1dSegment* dtable = nullptr;
+  void* ws = nullptr;
+  std::string err = PlanAndPlace(p, &table, &arena, &plan, &dtable, &ws);
+  if (!err.empty()) return err;
+  hipError_t e = hipSuccess;
   for (int r = 0; r < repeats && e == hipSuccess; ++r) {
     e = kernels::Conv1dRun(p, plan, dtable, ws, plan.workspace_bytes, nullptr);
   }
   if (e == hipSuccess) e = hipDeviceSynchronize();
   if (e != hipSuccess) return std::string("run: ") + hipGetErrorString(e);
-  // The plan orders the table by kernel family; source_index is each
-  // segment's place in ours.
-  std::vector<size_t> at(table.size());
-  for (size_t j = 0; j < table.size(); ++j) at[static_cast<size_t>(table[j].source_index)] = j;
+  const std::vector<size_t> at = PlannedIndex(table);
   for (size_t i = 0; i < segs->size(); ++i) {
     SegmentData& s = (*segs)[i];
     const Conv1dSegment& t = table[at[i]];
-    Download(t.out(Role::kY), &s.y);
-    Download(t.out(Role::kFinalStates), &s.final_states);
-    Download(t.out(Role::kDx), &s.dx);
-    Download(t.out(Role::kDweight), &s.dweight);
-    Download(t.out(Role::kDbias), &s.dbias);
-    Download(t.out(Role::kDinitialStates), &s.dinit);
+    for (auto& [role, host] : Outputs(&s)) Download(t.out(role), host);
     if (s.state_out.n > 0) {
       Download(t.out(Role::kConvStateOut), &s.state_out);
     } else if (s.state.n > 0) {
@@ -192,6 +225,48 @@ std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, boo
       Download(t.out(Role::kConvStateOut), &s.state_out);
     }
   }
+  e = hipGetLastError();
+  return e == hipSuccess ? "" : std::string("copy: ") + hipGetErrorString(e);
+}
+
+std::string RunFusedInStreamOrder(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
+                                  int repeats, std::vector<std::vector<SegmentData>>* runs) {
+  DeviceArena arena;
+  std::vector<SegmentData> in = segs;
+  std::vector<Conv1dSegment> table;
+  UploadSegments(&in, 0, &arena, &table);
+  if (!arena.err.empty()) return arena.err;
+  kernels::Conv1dPlanInfo plan;
+  Conv1dSegment* dtable = nullptr;
+  void* ws = nullptr;
+  std::string err = PlanAndPlace(p, &table, &arena, &plan, &dtable, &ws);
+  if (!err.empty()) return err;
+  hipStream_t stream = nullptr;
+  if (hipStreamCreate(&stream) != hipSuccess) return "hipStreamCreate failed";
+  const std::vector<size_t> at = PlannedIndex(table);
+  runs->assign(static_cast<size_t>(repeats), in);
+  hipError_t e = hipSuccess;
+  for (int r = 0; r < repeats && e == hipSuccess; ++r) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      for (auto& [role, host] : Outputs(&(*runs)[r][i])) {
+        void* d = table[at[i]].out(role);
+        if (d && host->n > 0) hipMemsetAsync(d, 0xff, host->bytes.size(), stream);
+      }
+    }
+    e = kernels::Conv1dRun(p, plan, dtable, ws, plan.workspace_bytes, stream);
+    for (size_t i = 0; i < in.size() && e == hipSuccess; ++i) {
+      for (auto& [role, host] : Outputs(&(*runs)[r][i])) {
+        const void* d = table[at[i]].out(role);
+        if (d && host->n > 0) {
+          hipMemcpyAsync(host->bytes.data(), d, host->bytes.size(), hipMemcpyDeviceToHost, stream);
+        }
+      }
+    }
+  }
+  const hipError_t sync = hipStreamSynchronize(stream);
+  hipStreamDestroy(stream);
+  if (e != hipSuccess) return std::string("run: ") + hipGetErrorString(e);
+  if (sync != hipSuccess) return std::string("stream: ") + hipGetErrorString(sync);
   e = hipGetLastError();
   return e == hipSuccess ? "" : std::string("copy: ") + hipGetErrorString(e);
 }

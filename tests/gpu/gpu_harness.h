@@ -48,6 +48,16 @@ void MakeInputs(const Conv1dProblem& p, SegmentData* seg, std::mt19937_64& rng);
 std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, bool misalign = false,
                      int repeats = 1);
 
+// The forward or backward of `segs` (inputs made) `repeats` times on a
+// stream of its own with no host wait in between: each time every output
+// is poisoned (hipMemsetAsync), the launch enqueued and every output
+// copied back (hipMemcpyAsync), all in stream order; one wait at the end.
+// (*runs)[r] holds repeat r's outputs. Whatever follows a launch in its
+// stream must find every kernel of it finished. Returns the runtime error
+// text, or "" on success.
+std::string RunFusedInStreamOrder(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
+                                  int repeats, std::vector<std::vector<SegmentData>>* runs);
+
 // Compares a device result with the reference: every element finite and
 // |got - ref| <= tol * (|ref| + rms(ref)). Returns "" or a description.
 std::string Compare(const std::string& what, const HostTensor& got, const std::vector<double>& ref,

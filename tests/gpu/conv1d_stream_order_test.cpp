@@ -1,0 +1,92 @@
+// A launch of several kernel families is one step of its stream: on CUDA
+// each family after the first (and the dweight reduction) is a dependent
+// launch that may start while the one before it still runs (LaunchKernel,
+// kernels/conv1d_device.h). Whatever the stream does next must still find
+// every kernel of the launch finished. Here every output is poisoned
+// before each launch and copied back after it, in stream order with no host
+// wait between repeats: every repeat must match the float64 reference and
+// the first repeat byte for byte. Batches mix every channel-first row kind,
+// once with the short rows and once with the streamed long rows outlasting
+// the rest. Skips itself without a device.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_check.h"
+#include "tests/gpu/gpu_harness.h"
+
+namespace conv1d::testing {
+namespace {
+
+using kernels::KernelLayout;
+using kernels::KernelOp;
+
+#define REQUIRE_DEVICE() \
+  if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
+
+// Short vector rows, short scalar rows, long rows on the stream kernels, on
+// the shifted grid and in several chunks.
+const std::array<int64_t, 2> kMixed[] = {{1, 128}, {2, 64}, {1, 5}, {1, 1000}, {2, 1001}, {1, 8192}};
+// One segment that takes longer than all the others: many short rows, or
+// long rows on the stream kernels.
+const std::array<int64_t, 2> kLongest[] = {{160, 128}, {4, 65536}};
+
+// The first output of `got` that differs from `want` in any byte, by name
+// and segment; "" when none does.
+std::string FirstDifference(const std::vector<SegmentData>& want,
+                            const std::vector<SegmentData>& got) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::pair<const char*, const HostTensor*> w[] = {
+        {"y", &want[i].y},         {"final_states", &want[i].final_states},
+        {"dx", &want[i].dx},       {"dweight", &want[i].dweight},
+        {"dbias", &want[i].dbias}, {"dinitial_states", &want[i].dinit}};
+    const HostTensor* g[] = {&got[i].y,      &got[i].final_states, &got[i].dx,
+                             &got[i].dweight, &got[i].dbias,        &got[i].dinit};
+    for (size_t k = 0; k < 6; ++k) {
+      if (w[k].second->bytes != g[k]->bytes) {
+        return std::string(w[k].first) + " of segment " + std::to_string(i);
+      }
+    }
+  }
+  return "";
+}
+
+TEST(Conv1dGpuStreamOrder, EveryRepeatOfAManyFamilyLaunchIsComplete) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng = TestRng();
+  constexpr int kRepeats = 6;
+  for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
+    for (const Pair& pr : {kPairs[0], kPairs[2]}) {
+      const Conv1dProblem p = MakeProblem(op, pr, KernelLayout::kChannelFirst, 72, 4, 0x1f);
+      for (const auto& longest : kLongest) {
+        std::vector<SegmentData> segs;
+        for (const auto& shape : kMixed) {
+          SegmentData s;
+          s.batch = shape[0];
+          s.seqlen = shape[1];
+          segs.push_back(std::move(s));
+        }
+        SegmentData big;
+        big.batch = longest[0];
+        big.seqlen = longest[1];
+        segs.push_back(std::move(big));
+        for (auto& s : segs) MakeInputs(p, &s, rng);
+        std::vector<std::vector<SegmentData>> runs;
+        const std::string err = RunFusedInStreamOrder(p, segs, kRepeats, &runs);
+        ASSERT_EQ(err, "") << Describe(p, segs);
+        ASSERT_EQ(runs.size(), static_cast<size_t>(kRepeats));
+        ASSERT_EQ(CheckAll(p, runs[0]), "") << Describe(p, segs);
+        for (int r = 1; r < kRepeats; ++r) {
+          EXPECT_EQ(FirstDifference(runs[0], runs[r]), "")
+              << "repeat " << r << " of " << Describe(p, segs);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace conv1d::testing
