@@ -49,7 +49,7 @@ std::vector<Range> MakeRanges(std::mt19937_64& rng) {
 class BatchCopyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+    REQUIRE_DEVICE();
     ASSERT_EQ(hipHostMalloc(reinterpret_cast<void**>(&host_), kBytes,
                             hipHostMallocMapped | hipHostMallocPortable),
               hipSuccess);
@@ -150,7 +150,7 @@ TEST(BatchCopyAppendTest, CutsRangesIntoChunksAndRefusesWhatDoesNotFit) {
 }
 
 TEST(BatchCopyRunTest, RejectsBadArgumentsAndAcceptsAnEmptyTable) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   EXPECT_EQ(kernels::BatchCopyRun(nullptr, 0, nullptr), hipSuccess);
   EXPECT_EQ(kernels::BatchCopyRun(nullptr, 3, nullptr), hipErrorInvalidValue);
   EXPECT_EQ(kernels::BatchCopyRun(nullptr, -1, nullptr), hipErrorInvalidValue);

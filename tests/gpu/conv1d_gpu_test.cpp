@@ -24,9 +24,6 @@ using kernels::KernelActivation;
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-#define REQUIRE_DEVICE() \
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
-
 // Segments of the given {B, L} with fresh random inputs.
 template <class Shapes>
 std::vector<SegmentData> MakeSegments(const Conv1dProblem& p, const Shapes& shapes,

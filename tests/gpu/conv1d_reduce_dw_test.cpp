@@ -29,7 +29,7 @@ constexpr Shape kShapes[] = {{1, 100}, {3, 64},   {1, 4096}, {4, 4096}, {33, 64}
                              {5, 4136}, {2, 2051}, {9, 3000}, {1, 1},    {40, 700}};
 
 TEST(Conv1dReduceDw, FewAndManyPartialsPerChannelInOneLaunch) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   for (const Pair& pr : {kPairs[0], kPairs[2], kPairs[4]}) {
     for (int W : {2, 4}) {
@@ -51,7 +51,7 @@ TEST(Conv1dReduceDw, FewAndManyPartialsPerChannelInOneLaunch) {
 // partials sums each in one lane; fused with a segment of more partials it
 // sums them by a team. Both give the same bytes.
 TEST(Conv1dReduceDw, LaneAndTeamModesGiveTheSameBytes) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   for (const Pair& pr : {kPairs[0], kPairs[2]}) {
     const Conv1dProblem p =

@@ -27,7 +27,7 @@ using kernels::KernelOp;
 constexpr int64_t kLengths[] = {33, 101, 250, 129 * 4 + 1, 1001, 2050, 4093, 8191};
 
 TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   uint32_t n = 0;
   for (const Pair& pr : kPairs) {
@@ -49,7 +49,7 @@ TEST(Conv1dShiftedRows, EveryWidthAndPairMatchesTheReference) {
 // and every dtype pair, with SiLU, bias and the state tensors on and off,
 // single-chunk and multi-chunk rows.
 TEST(Conv1dShiftedRows, BackwardEveryWidthAndPairMatchesTheReference) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   uint32_t n = 0;
   for (const Pair& pr : kPairs) {
@@ -82,7 +82,7 @@ std::vector<SegmentData> MixedLengthSegments(const Conv1dProblem& p, std::mt1993
 // A fused launch of mixed lengths gives the reference's values, and every
 // fifth segment run alone gives the same bytes in each output.
 TEST(Conv1dShiftedRows, MixedLengthsFusedEqualSeparate) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   for (const Pair& pr : {kPairs[0], kPairs[2], kPairs[3]}) {
     for (int W : {3, 4, 8}) {
@@ -95,7 +95,7 @@ TEST(Conv1dShiftedRows, MixedLengthsFusedEqualSeparate) {
 
 // The same for the backward.
 TEST(Conv1dShiftedRows, BackwardMixedLengthsFusedEqualSeparate) {
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device";
+  REQUIRE_DEVICE();
   std::mt19937_64 rng = TestRng();
   for (const Pair& pr : {kPairs[0], kPairs[2]}) {
     for (int W : {2, 4, 7}) {

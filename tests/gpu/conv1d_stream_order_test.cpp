@@ -24,9 +24,6 @@ namespace {
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-#define REQUIRE_DEVICE() \
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
-
 // Short vector rows, short scalar rows, long rows on the stream kernels, on
 // the shifted grid and in several chunks.
 const std::array<int64_t, 2> kMixed[] = {{1, 128}, {2, 64}, {1, 5}, {1, 1000}, {2, 1001}, {1, 8192}};

@@ -81,9 +81,6 @@ TEST(Conv1dPlanUniform, MixedShapesOrOneDifferentSegmentGiveNone) {
   EXPECT_EQ(one.uniform_tiles, one.total_tiles);
 }
 
-#define REQUIRE_DEVICE() \
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
-
 // Every shape of kShapes as a batch of its own (random data and weights per
 // request), forward and backward, both layouts, fp32 and bf16 with states
 // in and out: the reference, and the first and last request alone give the

@@ -22,9 +22,6 @@ namespace {
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-#define REQUIRE_DEVICE() \
-  if (!HaveDevice()) GTEST_SKIP() << "no GPU device"
-
 // Every op at W = 1..8 with fresh inputs per case: lengths cover short
 // vector rows (8, 64), a scalar row (13), long vector rows in one and
 // several chunks (512, 2056) and a row that is not a whole number of

@@ -161,29 +161,38 @@ void UploadSegments(std::vector<SegmentData>* segs, int64_t off, DeviceArena* ar
   }
 }
 
-// Plans `table`, copies it to the device and allocates the workspace
-// (filled with garbage, which must not matter).
-std::string PlanAndPlace(const Conv1dProblem& p, std::vector<Conv1dSegment>* table,
-                         DeviceArena* arena, kernels::Conv1dPlanInfo* plan, Conv1dSegment** dtable,
-                         void** ws) {
-  const hipError_t e =
-      kernels::Conv1dPlan(p, table->data(), static_cast<int32_t>(table->size()), plan);
-  if (e != hipSuccess) return std::string("plan: ") + hipGetErrorString(e);
-  *dtable = reinterpret_cast<Conv1dSegment*>(
-      arena->Alloc(static_cast<int64_t>(table->size() * sizeof(Conv1dSegment))));
-  *ws = plan->workspace_bytes > 0 ? arena->Alloc(plan->workspace_bytes) : nullptr;
-  if (!arena->err.empty()) return arena->err;
-  hipMemcpy(*dtable, table->data(), table->size() * sizeof(Conv1dSegment), hipMemcpyHostToDevice);
-  if (*ws) hipMemset(*ws, 0xff, static_cast<size_t>(plan->workspace_bytes));
-  return "";
-}
+// A fused launch ready to run: the segments on the device, the planned
+// table there too, the workspace (filled with garbage, which must not
+// matter), and where each segment of the caller's order sits in the
+// planned table (the plan orders it by kernel family).
+struct Placed {
+  DeviceArena arena;
+  std::vector<Conv1dSegment> table;
+  kernels::Conv1dPlanInfo plan;
+  Conv1dSegment* dtable = nullptr;
+  void* ws = nullptr;
+  std::vector<size_t> at;
+};
 
-// Where each segment of the caller's order sits in the planned table (the
-// plan orders it by kernel family; source_index is each one's place).
-std::vector<size_t> PlannedIndex(const std::vector<Conv1dSegment>& table) {
-  std::vector<size_t> at(table.size());
-  for (size_t j = 0; j < table.size(); ++j) at[static_cast<size_t>(table[j].source_index)] = j;
-  return at;
+// Places `segs` (activations misaligned by `off` bytes): "" or what failed.
+std::string Place(const Conv1dProblem& p, std::vector<SegmentData>* segs, int64_t off,
+                  Placed* out) {
+  UploadSegments(segs, off, &out->arena, &out->table);
+  if (!out->arena.err.empty()) return out->arena.err;
+  std::vector<Conv1dSegment>& table = out->table;
+  const hipError_t e =
+      kernels::Conv1dPlan(p, table.data(), static_cast<int32_t>(table.size()), &out->plan);
+  if (e != hipSuccess) return std::string("plan: ") + hipGetErrorString(e);
+  out->dtable = reinterpret_cast<Conv1dSegment*>(
+      out->arena.Alloc(static_cast<int64_t>(table.size() * sizeof(Conv1dSegment))));
+  const int64_t ws_bytes = out->plan.workspace_bytes;
+  out->ws = ws_bytes > 0 ? out->arena.Alloc(ws_bytes) : nullptr;
+  if (!out->arena.err.empty()) return out->arena.err;
+  hipMemcpy(out->dtable, table.data(), table.size() * sizeof(Conv1dSegment), hipMemcpyHostToDevice);
+  if (out->ws) hipMemset(out->ws, 0xff, static_cast<size_t>(ws_bytes));
+  out->at.assign(table.size(), 0);
+  for (size_t j = 0; j < table.size(); ++j) out->at[static_cast<size_t>(table[j].source_index)] = j;
+  return "";
 }
 
 // The output roles of a segment and the host tensor each one lands in.
@@ -197,26 +206,18 @@ std::vector<std::pair<Role, HostTensor*>> Outputs(SegmentData* s) {
 
 std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, bool misalign,
                      int repeats) {
-  DeviceArena arena;
-  const int64_t off = misalign ? ElemSize(p.x_type) : 0;
-  std::vector<Conv1dSegment> table;
-  UploadSegments(segs, off, &arena, &table);
-  if (!arena.err.empty()) return arena.err;
-  kernels::Conv1dPlanInfo plan;
-  Conv1dSegment* dtable = nullptr;
-  void* ws = nullptr;
-  std::string err = PlanAndPlace(p, &table, &arena, &plan, &dtable, &ws);
+  Placed l;
+  const std::string err = Place(p, segs, misalign ? ElemSize(p.x_type) : 0, &l);
   if (!err.empty()) return err;
   hipError_t e = hipSuccess;
   for (int r = 0; r < repeats && e == hipSuccess; ++r) {
-    e = kernels::Conv1dRun(p, plan, dtable, ws, plan.workspace_bytes, nullptr);
+    e = kernels::Conv1dRun(p, l.plan, l.dtable, l.ws, l.plan.workspace_bytes, nullptr);
   }
   if (e == hipSuccess) e = hipDeviceSynchronize();
   if (e != hipSuccess) return std::string("run: ") + hipGetErrorString(e);
-  const std::vector<size_t> at = PlannedIndex(table);
   for (size_t i = 0; i < segs->size(); ++i) {
     SegmentData& s = (*segs)[i];
-    const Conv1dSegment& t = table[at[i]];
+    const Conv1dSegment& t = l.table[l.at[i]];
     for (auto& [role, host] : Outputs(&s)) Download(t.out(role), host);
     if (s.state_out.n > 0) {
       Download(t.out(Role::kConvStateOut), &s.state_out);
@@ -231,32 +232,25 @@ std::string RunFused(const Conv1dProblem& p, std::vector<SegmentData>* segs, boo
 
 std::string RunFusedInStreamOrder(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
                                   int repeats, std::vector<std::vector<SegmentData>>* runs) {
-  DeviceArena arena;
   std::vector<SegmentData> in = segs;
-  std::vector<Conv1dSegment> table;
-  UploadSegments(&in, 0, &arena, &table);
-  if (!arena.err.empty()) return arena.err;
-  kernels::Conv1dPlanInfo plan;
-  Conv1dSegment* dtable = nullptr;
-  void* ws = nullptr;
-  std::string err = PlanAndPlace(p, &table, &arena, &plan, &dtable, &ws);
+  Placed l;
+  const std::string err = Place(p, &in, 0, &l);
   if (!err.empty()) return err;
   hipStream_t stream = nullptr;
   if (hipStreamCreate(&stream) != hipSuccess) return "hipStreamCreate failed";
-  const std::vector<size_t> at = PlannedIndex(table);
   runs->assign(static_cast<size_t>(repeats), in);
   hipError_t e = hipSuccess;
   for (int r = 0; r < repeats && e == hipSuccess; ++r) {
     for (size_t i = 0; i < in.size(); ++i) {
       for (auto& [role, host] : Outputs(&(*runs)[r][i])) {
-        void* d = table[at[i]].out(role);
+        void* d = l.table[l.at[i]].out(role);
         if (d && host->n > 0) hipMemsetAsync(d, 0xff, host->bytes.size(), stream);
       }
     }
-    e = kernels::Conv1dRun(p, plan, dtable, ws, plan.workspace_bytes, stream);
+    e = kernels::Conv1dRun(p, l.plan, l.dtable, l.ws, l.plan.workspace_bytes, stream);
     for (size_t i = 0; i < in.size() && e == hipSuccess; ++i) {
       for (auto& [role, host] : Outputs(&(*runs)[r][i])) {
-        const void* d = table[at[i]].out(role);
+        const void* d = l.table[l.at[i]].out(role);
         if (d && host->n > 0) {
           hipMemcpyAsync(host->bytes.data(), d, host->bytes.size(), hipMemcpyDeviceToHost, stream);
         }

@@ -21,6 +21,11 @@ using kernels::ScalarType;
 
 bool HaveDevice();
 
+// Skips the calling test (a GoogleTest body or SetUp) when no device is
+// present.
+#define REQUIRE_DEVICE() \
+  if (!::conv1d::testing::HaveDevice()) GTEST_SKIP() << "no GPU device"
+
 // A host tensor stored in its dtype's bytes.
 struct HostTensor {
   ScalarType type = ScalarType::kF32;
