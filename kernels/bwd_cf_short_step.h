@@ -249,10 +249,7 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
 #pragma unroll
   for (int e = 0; e < N; ++e) {
     if (silu) {
-      float z = bias;
-#pragma unroll
-      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
-      g[e] = silu_backward_f(dv[e], z);
+      g[e] = silu_backward_f(dv[e], preact(w, bias, xf, e));
     } else {
       g[e] = dv[e];
     }

@@ -236,10 +236,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
     for (int e = 0; e < N; ++e) {
       float gv = dv[e];
       if constexpr (kSilu) {
-        float z = bias;
-#pragma unroll
-        for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
-        gv = silu_backward_f(dv[e], z);
+        gv = silu_backward_f(dv[e], preact(w, bias, xf, e));
       }
       gs[e] = gv;
       dw[W] += gv;
@@ -300,10 +297,7 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
             const float dv = T::to_f(drow[t0 + i]);
             float gv = dv;
             if constexpr (kSilu) {
-              float z = bias;
-#pragma unroll
-              for (int k = 0; k < W; ++k) z += w[k] * xr[i + k];
-              gv = silu_backward_f(dv, z);
+              gv = silu_backward_f(dv, preact(w, bias, xr, i));
             }
             gfar[i] = gv;
           }

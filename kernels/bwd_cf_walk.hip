@@ -118,10 +118,7 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
     for (int e = 0; e < N; ++e) {
       float gv = dv[e];
       if constexpr (kSilu) {
-        float z = bias;
-#pragma unroll
-        for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
-        gv = silu_backward_f(dv[e], z);
+        gv = silu_backward_f(dv[e], preact(w, bias, xf, e));
       }
       gs[e] = gv;
       dw[W] += gv;

@@ -199,6 +199,18 @@ __device__ __forceinline__ int find_tile_segment(const KParams& p, int64_t tile,
   return find_segment_team(p.segs, p.nseg, tile, lane);
 }
 
+// The pre-activation of the output whose window starts at x[e]: bias +
+// w[0] x[e] + ... + w[W-1] x[e+W-1], summed in that order (x holds x̃, the
+// W-1 elements before the outputs and then theirs).
+template <int W, int M>
+__device__ __forceinline__ float preact(const float (&w)[W], float bias, const float (&x)[M],
+                                        int e) {
+  float z = bias;
+#pragma unroll
+  for (int k = 0; k < W; ++k) z += w[k] * x[e + k];
+  return z;
+}
+
 // Butterfly sum over a 32-lane team; every lane gets the same, order-fixed
 // result.
 __device__ __forceinline__ float team_sum(float v) {

@@ -211,10 +211,7 @@ __device__ __forceinline__ void fwd_cf_team(const KParams& p, const Conv1dSegmen
       for (int i = 0; i < kH; ++i) xf[i] = hist[j][i];
     }
     if (on[j]) {
-      float z = bias;
-#pragma unroll
-      for (int k = 0; k < W; ++k) z += w[k] * xf[k];
-      yrow[pos0 + j * kTeam] = T::from_f(act_fwd(z, p.silu));
+      yrow[pos0 + j * kTeam] = T::from_f(act_fwd(preact(w, bias, xf, 0), p.silu));
     }
   }
   if (p.ret_final && first && chunk == nchunks - 1) write_final_cf<T, W>(p, seg, xrow, row0);

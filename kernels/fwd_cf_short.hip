@@ -141,10 +141,7 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
     float out[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
-      float z = bias;
-#pragma unroll
-      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
-      out[e] = act_fwd(z, p.silu);
+      out[e] = act_fwd(preact(w, bias, xf, e), p.silu);
     }
     if (inrow && rs < nrt) store_f<T, N>(yp + st * step_off, out);
   }

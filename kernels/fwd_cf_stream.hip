@@ -145,9 +145,7 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
     float out[N];
 #pragma unroll
     for (int e = 0; e < N; ++e) {
-      float z = bias;
-#pragma unroll
-      for (int k = 0; k < W; ++k) z += w[k] * xf[e + k];
+      const float z = preact(w, bias, xf, e);
       out[e] = kSilu ? silu_f(z) : z;
     }
     if (st < lsteps) {
