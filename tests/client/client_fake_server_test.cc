@@ -149,7 +149,9 @@ TEST_F(ClientTest, DeadlineCoversTheCall) {
   const absl::Time t0 = absl::Now();
   EXPECT_EQ(c->Update(v1::UpdateRequest(), o).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(500));
+  // Well under the 1 s the fake's Update holds a call that is not cancelled,
+  // with room for a loaded machine's late wake-ups.
+  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(900));
 }
 
 TEST_F(ClientTest, AsyncCallsOverSeveralChannelsWithRetries) {

@@ -384,9 +384,10 @@ TEST(Prometheus, HttpGetSpeaksHttpAndRefusesANonTlsHttpsEndpoint) {
 TEST(Prometheus, ScrapeTlsSettingsNameTheirFlag) {
   EXPECT_TRUE(ScrapeTls::Create({}).ok());  // the system's default CAs
   const std::string dir = ::testing::TempDir();
-  const std::string junk = dir + "/conv1d_scrape_tls_junk.pem";
+  // Named per process: ctest may run this binary's cases side by side.
+  const std::string junk = absl::StrCat(dir, "/conv1d_scrape_tls_junk_", getpid(), ".pem");
   std::ofstream(junk) << "not a certificate\n";
-  const std::string absent = dir + "/conv1d_scrape_tls_absent.pem";
+  const std::string absent = absl::StrCat(dir, "/conv1d_scrape_tls_absent_", getpid(), ".pem");
   struct Case {
     ScrapeTlsOptions options;
     std::string message;

@@ -178,7 +178,8 @@ class PythonClient(unittest.TestCase):
             self.c.forward(x)
 
     def test_unreachable_server_raises_unavailable(self):
-        with Client("127.0.0.1:1", timeout_s=2, max_attempts=2) as c:
+        # Refused at once: the deadline only has to outlast a loaded machine.
+        with Client("127.0.0.1:1", timeout_s=10, max_attempts=2) as c:
             with self.assertRaises(conv1d_client.UnavailableError):
                 c.server_info()
 

@@ -127,7 +127,10 @@ class Security(unittest.TestCase):
                 for s in idle:
                     s.close()
             self.assertIn("conv1d_build_info", body)
-            self.assertLess(took, 1.0)
+            # A scrape held up by the idle connections waits out the
+            # exporter's 5 s request timeout; an unhindered one takes
+            # milliseconds, or a second or two on a loaded machine.
+            self.assertLess(took, 3.0)
 
     def test_metrics_over_mtls(self):
         cert, key = self.path("metrics.pem"), self.path("metrics.key")
@@ -154,7 +157,7 @@ class Security(unittest.TestCase):
             try:
                 start = time.monotonic()
                 self.assertIn("conv1d_build_info", scrape())
-                self.assertLess(time.monotonic() - start, 1.0)
+                self.assertLess(time.monotonic() - start, 3.0)  # held up: 5 s
             finally:
                 for sock in idle:
                     sock.close()
@@ -365,8 +368,9 @@ class Security(unittest.TestCase):
             self.assertEqual(code_of(carol.server_info), grpc.StatusCode.UNAUTHENTICATED)
             self.write_tokens([("alice", "infer"), ("carol", "admin")])
             srv.proc.send_signal(signal.SIGHUP)
-            deadline = time.time() + 5
-            while code_of(carol.server_info) != grpc.StatusCode.OK and time.time() < deadline:
+            deadline = time.monotonic() + 20
+            while (code_of(carol.server_info) != grpc.StatusCode.OK
+                   and time.monotonic() < deadline):
                 time.sleep(0.05)
             self.assertEqual(code_of(carol.server_info), grpc.StatusCode.OK)
             self.assertEqual(code_of(bob.server_info), grpc.StatusCode.UNAUTHENTICATED)

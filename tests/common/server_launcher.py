@@ -11,11 +11,22 @@ import time
 import urllib.request
 
 
+_handed_out = set()
+
+
 def free_port():
-    """A loopback TCP port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port that was free a moment ago, and that this process
+    has not handed out before (the kernel may offer a port again once its
+    probe socket is closed: a server's gRPC and metrics ports, or two
+    servers' ports, must not be the same one)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            break
+    _handed_out.add(port)
+    return port
 
 
 def sum_metric(body, name, label_filter=""):
@@ -47,29 +58,34 @@ class Server:
     `start_timeout_s` raises RuntimeError. Its stderr goes to `output` (an
     open file) or, by default, to a temporary file (not a pipe, which a
     server that logs much while nobody reads would fill and block on), whose
-    tail that error quotes."""
+    tail that error quotes.
+
+    A free port can be taken by another process (suites run side by side)
+    before the server binds it: a server that exits 2 saying that one of the
+    ports picked for it is in use is started again on new ones (with its own
+    log only, which can be read here)."""
+
+    _PORT_ATTEMPTS = 5
 
     def __init__(self, binary, client_binary, *args, client_args=(), ready=None,
                  metrics=True, output=None, start_timeout_s=20):
-        self.port = free_port()
-        self.target = f"127.0.0.1:{self.port}"
-        self.metrics_port = free_port() if metrics else None
-        self.metrics_url = (f"http://127.0.0.1:{self.metrics_port}/metrics" if metrics
-                            else None)
-        metrics_flag = f"127.0.0.1:{self.metrics_port}" if metrics else ""
-        cmd = [binary, f"--listen={self.target}", f"--metrics_listen={metrics_flag}",
-               "--log_level=warn", *args]
-        self._log = output if output is not None else tempfile.TemporaryFile(mode="w+")
         self._own_log = output is None
-        self.proc = subprocess.Popen(
-            cmd, stdout=output if output is not None else subprocess.DEVNULL,
-            stderr=self._log, text=True)
         self._client = (client_binary, tuple(client_args))
         self._not_ready = ""
         ready = ready or self._serving
+        attempts = 1
+        self._start(binary, args, metrics, output)
         deadline = time.time() + start_timeout_s
         while True:
             if self.proc.poll() is not None:
+                if self._lost_a_port_race() and attempts < self._PORT_ATTEMPTS:
+                    print(f"server_launcher: port {self.port} or {self.metrics_port} was "
+                          "taken before the server bound it; again on other ports", flush=True)
+                    self._log.close()
+                    attempts += 1
+                    self._start(binary, args, metrics, output)
+                    deadline = time.time() + start_timeout_s
+                    continue
                 why = self.log_tail() if self._own_log else "see its log"
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {why}")
             if ready(self.target):
@@ -79,6 +95,32 @@ class Server:
                 raise RuntimeError(f"server {self.target} not ready after {start_timeout_s} s"
                                    f"{': ' if self._not_ready else ''}{self._not_ready}")
             time.sleep(0.1)
+
+    def _start(self, binary, args, metrics, output):
+        """Starts the server on newly picked free ports."""
+        self.port = free_port()
+        self.target = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port() if metrics else None
+        self.metrics_url = (f"http://127.0.0.1:{self.metrics_port}/metrics" if metrics
+                            else None)
+        metrics_flag = f"127.0.0.1:{self.metrics_port}" if metrics else ""
+        cmd = [binary, f"--listen={self.target}", f"--metrics_listen={metrics_flag}",
+               "--log_level=warn", *args]
+        self._log = output if output is not None else tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            cmd, stdout=output if output is not None else subprocess.DEVNULL,
+            stderr=self._log, text=True)
+
+    def _lost_a_port_race(self):
+        """Whether the server, now exited, stopped with status 2 (usage)
+        because a port picked for it was in use ("--listen: cannot serve gRPC
+        on 127.0.0.1:P: Address already in use", "--metrics_listen: cannot
+        listen on '127.0.0.1:P' (address in use ...)")."""
+        if not self._own_log or self.proc.returncode != 2:
+            return False
+        tail = self.log_tail()
+        ports = [p for p in (self.port, self.metrics_port) if p is not None]
+        return "in use" in tail.lower() and any(f"127.0.0.1:{p}" in tail for p in ports)
 
     def log_tail(self, chars=4000):
         """The last `chars` characters the server wrote to stderr (its own

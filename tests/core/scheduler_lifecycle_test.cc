@@ -426,6 +426,10 @@ TEST_F(SchedulerLifecycleTest, SubmitsRacingShutdownAreRefusedOrAnsweredOnce) {
   }
   go = true;
   absl::SleepFor(absl::Milliseconds(20));
+  // On a loaded machine the submitters may not have run at all yet: let at
+  // least one Submit be accepted before Shutdown races the rest.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (accepted.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
   sched_->Shutdown();
   for (auto& th : threads) th.join();
   EXPECT_EQ(refused.load(), kThreads);

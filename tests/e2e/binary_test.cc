@@ -86,9 +86,11 @@ TEST(ServerBinary, InvalidFlagValuesExitTwoWithAMessage) {
 
 TEST(ServerBinary, SigtermDrainsInFlightRequestsAndExitsZero) {
   // The queue delay keeps requests in flight (waiting for their batch to
-  // fill) when the signal arrives.
+  // fill) when the signal arrives, and the grace outlasts seeing NOT_SERVING
+  // and sending one more call: both with seconds to spare, since this thread
+  // may be stalled for a good part of a second on a loaded machine.
   ServerProcess p({"--listen=127.0.0.1:0", "--metrics_listen=", "--backend=cpu",
-                   "--threads=1", "--max_queue_delay_us=400000", "--drain_grace_ms=1000",
+                   "--threads=1", "--max_queue_delay_us=2000000", "--drain_grace_ms=3000",
                    "--drain_timeout_s=10"});
   ASSERT_TRUE(p.started());
   const absl::Time give_up = absl::Now() + absl::Seconds(20);

@@ -49,9 +49,11 @@ grpc::Status RawUnaryCall(grpc::Channel* channel, const std::string& method,
                           absl::Duration timeout = absl::Seconds(10));
 
 // grpc.health.v1 Check of `service` ("" = the whole server): 1 SERVING,
-// 2 NOT_SERVING, 0 UNKNOWN; -1 when the call itself failed.
+// 2 NOT_SERVING, 0 UNKNOWN; -1 when the call itself failed. The default
+// timeout allows for a loaded machine; a server that is not listening fails
+// the call at once.
 int HealthCheck(grpc::Channel* channel, const std::string& service = "",
-                absl::Duration timeout = absl::Seconds(2));
+                absl::Duration timeout = absl::Seconds(10));
 
 // One request, described independently of the server's validation.
 struct Case {

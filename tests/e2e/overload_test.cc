@@ -106,13 +106,18 @@ TEST_F(OverloadTest, ExpiredDeadlineAnswersDeadlineExceededAndSkipsCompute) {
   auto late = std::make_unique<AsyncCall>();
   Case c;
   late->request = MakeForward(c, MakeInputs(c, &rng_));
-  late->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
+  // Long enough that the call reaches the server's queue before it expires
+  // even when this (loaded) machine stalls the client or the server for a
+  // while: a call that expired in transit is never queued.
+  constexpr absl::Duration kLateDeadline = absl::Seconds(1);
+  late->context.set_deadline(absl::ToChronoTime(absl::Now() + kLateDeadline));
   late->Start(ts_.stub.get());
   // The deadline travels as a timeout, so the server's copy runs from when it
   // received the call: make sure that has happened, and has passed, before
   // the lane is freed.
   ASSERT_TRUE(AwaitQueued(1));
-  const absl::Time server_deadline_passed = absl::Now() + absl::Milliseconds(250);
+  const absl::Time server_deadline_passed =
+      absl::Now() + kLateDeadline + absl::Milliseconds(50);
   ASSERT_TRUE(late->Wait());
   EXPECT_EQ(late->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   absl::SleepFor(server_deadline_passed - absl::Now());
@@ -132,7 +137,10 @@ TEST_F(OverloadTest, ExpiredDeadlineAnswersDeadlineExceededAndSkipsCompute) {
 }
 
 TEST_F(OverloadTest, ShutdownReportsNotServingFirstAndFinishesInFlightCalls) {
-  ASSERT_NO_FATAL_FAILURE(Start(SchedulerOptions(), absl::Milliseconds(1000)));
+  // The grace must outlast seeing NOT_SERVING and sending one more call,
+  // however slowly a loaded machine runs this thread: 3 s.
+  constexpr absl::Duration kGrace = absl::Seconds(3);
+  ASSERT_NO_FATAL_FAILURE(Start(SchedulerOptions(), kGrace));
   EXPECT_EQ(HealthCheck(ts_.channel.get()), 1);
   EXPECT_EQ(HealthCheck(ts_.channel.get(), "conv1d.v1.Conv1d"), 1);
   std::unique_ptr<AsyncCall> running = Send();
@@ -155,7 +163,7 @@ TEST_F(OverloadTest, ShutdownReportsNotServingFirstAndFinishesInFlightCalls) {
   ASSERT_TRUE(AwaitQueued(2));
   EXPECT_FALSE(shut_down.HasBeenNotified());
 
-  absl::SleepFor(absl::Milliseconds(1100));  // past the grace: no longer accepting
+  absl::SleepFor(kGrace + absl::Milliseconds(100));  // past the grace: no longer accepting
   EXPECT_FALSE(shut_down.HasBeenNotified());  // in-flight calls hold the drain
   gate_->Open();
   for (AsyncCall* c : {running.get(), queued.get(), during_grace.get()}) {
