@@ -126,11 +126,13 @@ hipError_t LaunchReduceDw(const KParams& k, int64_t max_partials, hipStream_t s)
   const int64_t pairs = static_cast<int64_t>(k.nseg) * k.dim;
   if (max_partials <= kInOrderMax && pairs >= kLanesMinPairs) {
     const int64_t teams = (pairs + kTeam - 1) / kTeam;
-    return LaunchKernel(true, reduce_dw_kernel<true>, GridFor((teams + kTeamsPerBlock - 1) / kTeamsPerBlock),
-                           kTeam * kTeamsPerBlock, s, k);
+    return LaunchKernel(true, reduce_dw_kernel<true>,
+                        GridFor((teams + kTeamsPerBlock - 1) / kTeamsPerBlock), kTeam * kTeamsPerBlock,
+                        s, k);
   }
-  return LaunchKernel(true, reduce_dw_kernel<false>, GridFor((pairs + kTeamsPerBlock - 1) / kTeamsPerBlock),
-                         kTeam * kTeamsPerBlock, s, k);
+  return LaunchKernel(true, reduce_dw_kernel<false>,
+                      GridFor((pairs + kTeamsPerBlock - 1) / kTeamsPerBlock), kTeam * kTeamsPerBlock, s,
+                      k);
 }
 
 }  // namespace conv1d::kernels::dev
