@@ -74,8 +74,9 @@ inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
 // that kernel's last blocks still run, once they have all called
 // gpu_allow_dependents(). A kernel launched so must call
 // gpu_wait_prerequisites() before it reads anything the kernel before it
-// wrote, and in any case before it exits, so that whatever follows in the
-// stream finds both finished. HIP: an ordinary launch either way. Returns
+// wrote, and in any case before it exits (gpu_exit_after_prerequisites()
+// as its last statement when it reads nothing of it), so that whatever
+// follows in the stream finds both finished. HIP: an ordinary launch either way. Returns
 // the launch's error.
 template <class... KArgs, class... Args>
 inline hipError_t LaunchKernel(bool dependent, void (*kernel)(KArgs...), unsigned grid,

@@ -113,8 +113,8 @@ __device__ __forceinline__ unsigned gpu_team_ballot(bool pred) {
 // call it.
 __device__ __forceinline__ void gpu_team_sync() { __syncwarp(); }
 // Programmatic dependent launch (sm_90 and later; no-ops before): a kernel
-// launched with LaunchDependent (conv1d_device.h) may start once every
-// block of the kernel before it in the stream has called
+// launched as a dependent (LaunchKernel in conv1d_device.h) may start once
+// every block of the kernel before it in the stream has called
 // gpu_allow_dependents() or exited; gpu_wait_prerequisites() then blocks
 // until that kernel has finished and its writes are visible.
 __device__ __forceinline__ void gpu_allow_dependents() {

@@ -13,6 +13,7 @@
 #include <array>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/gpu/gpu_check.h"
@@ -24,27 +25,24 @@ namespace {
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-// Short vector rows, short scalar rows, long rows on the stream kernels, on
-// the shifted grid and in several chunks.
-const std::array<int64_t, 2> kMixed[] = {{1, 128}, {2, 64}, {1, 5}, {1, 1000}, {2, 1001}, {1, 8192}};
 // One segment that takes longer than all the others: many short rows, or
 // long rows on the stream kernels.
 const std::array<int64_t, 2> kLongest[] = {{160, 128}, {4, 65536}};
+
+// The outputs a launch writes, by name.
+constexpr std::pair<const char*, HostTensor SegmentData::*> kOutputs[] = {
+    {"y", &SegmentData::y},         {"final_states", &SegmentData::final_states},
+    {"dx", &SegmentData::dx},       {"dweight", &SegmentData::dweight},
+    {"dbias", &SegmentData::dbias}, {"dinitial_states", &SegmentData::dinit}};
 
 // The first output of `got` that differs from `want` in any byte, by name
 // and segment; "" when none does.
 std::string FirstDifference(const std::vector<SegmentData>& want,
                             const std::vector<SegmentData>& got) {
   for (size_t i = 0; i < want.size(); ++i) {
-    const std::pair<const char*, const HostTensor*> w[] = {
-        {"y", &want[i].y},         {"final_states", &want[i].final_states},
-        {"dx", &want[i].dx},       {"dweight", &want[i].dweight},
-        {"dbias", &want[i].dbias}, {"dinitial_states", &want[i].dinit}};
-    const HostTensor* g[] = {&got[i].y,      &got[i].final_states, &got[i].dx,
-                             &got[i].dweight, &got[i].dbias,        &got[i].dinit};
-    for (size_t k = 0; k < 6; ++k) {
-      if (w[k].second->bytes != g[k]->bytes) {
-        return std::string(w[k].first) + " of segment " + std::to_string(i);
+    for (const auto& [name, member] : kOutputs) {
+      if ((want[i].*member).bytes != (got[i].*member).bytes) {
+        return std::string(name) + " of segment " + std::to_string(i);
       }
     }
   }
@@ -60,7 +58,7 @@ TEST(Conv1dGpuStreamOrder, EveryRepeatOfAManyFamilyLaunchIsComplete) {
       const Conv1dProblem p = MakeProblem(op, pr, KernelLayout::kChannelFirst, 72, 4, 0x1f);
       for (const auto& longest : kLongest) {
         std::vector<SegmentData> segs;
-        for (const auto& shape : kMixed) {
+        for (const auto& shape : kRowKinds) {
           SegmentData s;
           s.batch = shape[0];
           s.seqlen = shape[1];

@@ -39,17 +39,12 @@ kernels::Conv1dPlanInfo PlanShapes(const Conv1dProblem& p,
   return plan;
 }
 
-// Shapes of one kind of row each: short vector rows, short scalar rows,
-// long rows on the stream kernels, rows on the shifted grid, several
-// chunks per row.
-const std::array<int64_t, 2> kShapes[] = {{1, 128}, {2, 64}, {1, 5}, {1, 1000}, {2, 1001}, {1, 8192}};
-
 TEST(Conv1dPlanUniform, OneShapeGivesEachSegmentsTiles) {
   for (KernelOp op : {KernelOp::kForward, KernelOp::kBackward}) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
       for (const Pair& pr : {kPairs[0], kPairs[2]}) {
         const Conv1dProblem p = MakeProblem(op, pr, layout, 64, 4, 0x3);
-        for (const auto& shape : kShapes) {
+        for (const auto& shape : kRowKinds) {
           std::vector<Conv1dSegment> table;
           const kernels::Conv1dPlanInfo plan =
               PlanShapes(p, std::vector<std::array<int64_t, 2>>(12, shape), &table);
@@ -73,7 +68,7 @@ TEST(Conv1dPlanUniform, MixedShapesOrOneDifferentSegmentGiveNone) {
   std::vector<std::array<int64_t, 2>> shapes(12, std::array<int64_t, 2>{1, 128});
   shapes[7] = {2, 128};  // twice the rows: twice the tiles
   EXPECT_EQ(PlanShapes(p, shapes, &table).uniform_tiles, 0);
-  shapes.assign(std::begin(kShapes), std::end(kShapes));
+  shapes.assign(std::begin(kRowKinds), std::end(kRowKinds));
   EXPECT_EQ(PlanShapes(p, shapes, &table).uniform_tiles, 0);
   // One segment is always uniform.
   shapes.assign(1, std::array<int64_t, 2>{3, 77});
@@ -81,7 +76,7 @@ TEST(Conv1dPlanUniform, MixedShapesOrOneDifferentSegmentGiveNone) {
   EXPECT_EQ(one.uniform_tiles, one.total_tiles);
 }
 
-// Every shape of kShapes as a batch of its own (random data and weights per
+// Every shape of kRowKinds as a batch of its own (random data and weights per
 // request), forward and backward, both layouts, fp32 and bf16 with states
 // in and out: the reference, and the first and last request alone give the
 // same bytes.
@@ -92,7 +87,7 @@ TEST(Conv1dGpuUniform, OneShapeBatchesMatchSeparateLaunches) {
     for (KernelLayout layout : {KernelLayout::kChannelFirst, KernelLayout::kChannelLast}) {
       for (const Pair& pr : {kPairs[0], kPairs[2]}) {
         const Conv1dProblem p = MakeProblem(op, pr, layout, 72, 4, 0x1f);
-        for (const auto& shape : kShapes) {
+        for (const auto& shape : kRowKinds) {
           const int n = shape[1] >= 1000 ? 5 : 24;
           std::vector<SegmentData> segs(static_cast<size_t>(n));
           for (auto& s : segs) {

@@ -8,6 +8,7 @@
 #ifndef CONV1D_TESTS_GPU_GPU_CHECK_H_
 #define CONV1D_TESTS_GPU_GPU_CHECK_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -28,6 +29,12 @@ inline constexpr Pair kPairs[] = {{ScalarType::kF32, ScalarType::kF32},
                                   {ScalarType::kBF16, ScalarType::kBF16},
                                   {ScalarType::kF16, ScalarType::kF32},
                                   {ScalarType::kBF16, ScalarType::kF32}};
+
+// {B, L} of one channel-first row kind each (with 16-byte aligned tensors):
+// short vector rows, short scalar rows, long rows on the stream kernels,
+// rows on the shifted grid, several chunks per row.
+inline constexpr std::array<int64_t, 2> kRowKinds[] = {{1, 128},  {2, 64},   {1, 5},
+                                                       {1, 1000}, {2, 1001}, {1, 8192}};
 
 // A generator for one test: seeded from CONV1D_TEST_SEED when set, else at
 // random; prints the seed and how to replay it.
