@@ -61,7 +61,9 @@ bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
 // The channel-first fast path's layout of a segment of B rows of length L
 // on the vector (vec) or scalar path: its scheduling fields, its tiles and
 // (backward, unless direct) its dweight partials in floats. Shifted rows
-// (L counted on the grid) are long rows, never walked.
+// (L counted on the grid) are long rows, never walked. walk_group: the
+// channels a walked tile may take (WalkGroup), fewer where their steps
+// would pass kBwdWalkSteps.
 struct CfLayout {
   int32_t per_lane = 1;
   int32_t lanes_per_row = kTeam;
@@ -69,12 +71,13 @@ struct CfLayout {
   int64_t nchunks = 1;
   int64_t tiles = 0;
   int64_t floats = 0;
-  bool walk = false;    // backward: one tile per channel walks its B rows
+  int32_t channels_per_tile = 1;  // walk: channels a tile walks
+  bool walk = false;    // backward: a tile walks the B rows of its channels
   bool direct = false;  // backward: the main kernel stores dweight itself
 };
 
 CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
-                         int64_t short_steps, bool shifted = false) {
+                         int64_t short_steps, bool shifted = false, int64_t walk_group = 1) {
   const bool bwd = p.op == KernelOp::kBackward;
   const int64_t esize = ElemBytes(p.x_type);
   const int64_t D = p.dim, W = p.width;
@@ -109,7 +112,7 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
       // fwd_cf_stream_kernel, bwd_cf_stream_kernel: chunks of at most
       // k*StreamSteps steps, the row's steps spread evenly over them; or,
       // 16-bit backward, when the B rows of a channel are single chunks and
-      // short enough together, one team per channel walking them (walk;
+      // short enough together, a team walking them, channel after channel (walk;
       // marked kWsWalked, which no other long-row segment has).
       const int64_t steps = CeilDiv(nvec, kTeam);
       const int64_t cap = bwd ? BwdStreamSteps(static_cast<int>(esize)) : kFwdStreamSteps;
@@ -119,13 +122,16 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
       if (bwd && esize == 2 && c.nchunks == 1 && B * steps <= kBwdWalkSteps && !shifted) {
         c.walk = true;
         c.direct = true;
+        int64_t g = walk_group;
+        while (g > 1 && g * B * steps > kBwdWalkSteps) g /= 2;
+        c.channels_per_tile = static_cast<int32_t>(g);
       } else if (bwd && c.nchunks == 1 && B == 1) {
         // A tile holds the channel's whole dweight: stored by the stream
         // kernel itself (kWsDirect), no partials.
         c.direct = true;
       }
     }
-    c.tiles = c.walk ? D : B * D * c.nchunks;
+    c.tiles = c.walk ? CeilDiv(D, c.channels_per_tile) : B * D * c.nchunks;
   }
   if (bwd && !c.direct) c.floats = D * B * c.nchunks * (W + 1);
   return c;
@@ -136,6 +142,28 @@ int64_t ClChunks(const Conv1dProblem& p, int64_t L) {
   const bool bwd = p.op == KernelOp::kBackward;
   const int64_t steps = bwd ? kClStepsBwd : ClStepsFwd(ElemBytes(p.x_type));
   return CeilDiv(L, kClRows * steps);
+}
+
+// The channels a walked backward tile may take in this launch: the largest
+// power of two that leaves at least kBwdWalkTiles tiles over the channels
+// of every segment the walk would take (alignment aside). Like the
+// short-row step count, it changes no result (each channel's dweight is
+// summed by one team either way), so it may depend on the whole launch.
+int64_t WalkGroup(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {
+  const int64_t esize = ElemBytes(p.x_type);
+  if (p.op != KernelOp::kBackward || esize != 2 || ChoosePath(p) != kPathFastChannelFirst) return 1;
+  const int64_t ne = 16 / esize;
+  const int64_t cap = BwdStreamSteps(static_cast<int>(esize));
+  int64_t walked = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const int64_t L = segs[i].seqlen;
+    if (!CfVecShape(p, L) || L <= kTeam * ne) continue;  // shifted or short rows
+    const int64_t steps = CeilDiv(L / ne, kTeam);
+    if (steps <= cap && segs[i].batch * steps <= kBwdWalkSteps) walked += p.dim;
+  }
+  int64_t g = 1;
+  while (walked / (g * 2) >= kBwdWalkTiles) g *= 2;
+  return g;
 }
 
 }  // namespace
@@ -222,7 +250,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
   // Tile ranges by kind: 0 long (scalar), 1 short-row vector, 2 long-row
-  // vector, 3 16-bit long rows walked a channel per tile (see
+  // vector, 3 16-bit long rows walked by channel (see
   // Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
@@ -247,6 +275,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       short_steps *= 2;
     }
   }
+  const int64_t walk_group = WalkGroup(p, segs, n);
   // First pass, in the caller's order: each segment's path, tiles,
   // workspace floats and kernel family (kind), the last three in per-thread
   // scratch indexed by the caller's order (source_index), which keeps its
@@ -275,7 +304,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     s.per_lane = 1;
     s.nchunks = 1;
     s.rows_per_tile = 1;
-    bool walk = false;  // backward: one tile per channel walks its B rows
+    s.channels_per_tile = 1;
+    bool walk = false;  // backward: a tile walks the B rows of its channels
     if (path == kPathFastChannelFirst) {
       const bool aligned = Aligned(s.in(Role::kX), 16) &&
                            (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16)
@@ -285,12 +315,13 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       // Shifted rows span at most ne - 1 more grid elements than L.
       const int64_t ne = 16 / esize;
       const CfLayout c =
-          CfSegmentLayout(p, B, shifted ? L + ne - 1 : L, vec || shifted, short_steps, shifted);
+          CfSegmentLayout(p, B, shifted ? L + ne - 1 : L, vec || shifted, short_steps, shifted, walk_group);
       s.vec = shifted ? kVecShifted : vec;
       s.per_lane = c.per_lane;
       s.nchunks = c.nchunks;
       s.lanes_per_row = c.lanes_per_row;
       s.rows_per_tile = c.rows_per_tile;
+      s.channels_per_tile = c.channels_per_tile;
       walk = c.walk;
       tiles += c.tiles;
       if (c.direct) {

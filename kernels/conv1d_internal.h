@@ -119,13 +119,18 @@ struct BwdStreamTraits {
 };
 
 // Backward of 16-bit long rows whose B rows of a channel hold at most
-// kSteps steps in all, each row a single chunk (bwd_cf_walk_kernel): one
-// team per channel walks the B rows and stores dweight/dbias itself (no
+// kSteps steps in all, each row a single chunk (bwd_cf_walk_kernel): a
+// team walks the B rows of a channel and stores dweight/dbias itself (no
 // partials, no reduce_dw_kernel). kSteps = 0 turns the walk off. 128:
 // 8x4096x4096 and 16x5120x2048 (B x 16 and B x 8 steps = 128) walk rather
-// than start a team per row; measured better at 128 than at 32.
+// than start a team per row; measured better at 128 than at 32. A tile
+// walks several consecutive channels (channels_per_tile, a power of two,
+// their steps together at most kSteps) while the launch keeps at least
+// kTiles walked tiles: the ring then runs on from channel to channel
+// instead of filling and draining around each one.
 struct BwdWalkTraits {
   static constexpr int kSteps = 128;
+  static constexpr int64_t kTiles = 2048;
   static constexpr int kTeams = 8;
   static constexpr int kMinBlocks = BwdStreamTraits::kMinBlocks;
 };
@@ -227,6 +232,7 @@ inline constexpr int kFwdStreamSteps = FwdStreamTraits<4>::kSteps;
 inline constexpr int kFwdStreamPrefetch = FwdStreamTraits<4>::kPrefetch;
 inline constexpr int kBwdWalkSteps = BwdWalkTraits::kSteps;
 inline constexpr int kBwdWalkTeams = BwdWalkTraits::kTeams;
+inline constexpr int64_t kBwdWalkTiles = BwdWalkTraits::kTiles;
 constexpr int BwdShortMinBlocks(int elem_bytes) {
   return elem_bytes == 4 ? BwdShortTraits<4>::kMinBlocks : BwdShortTraits<2>::kMinBlocks;
 }

@@ -82,11 +82,13 @@ struct Conv1dSegment {
   int64_t ws_partial_offset = 0;  // float index of its dweight partials;
                                   // negative: the main kernel stores
                                   // dweight itself (kWsDirect, or
-                                  // kWsWalked for 16-bit rows walked a
-                                  // channel per tile)
-  int64_t source_index = 0;       // the segment's index in the table as
+                                  // kWsWalked for 16-bit rows walked
+                                  // by channel)
+  int32_t source_index = 0;       // the segment's index in the table as
                                   // the caller gave it (Conv1dPlan
                                   // orders the table by kernel family)
+  int32_t channels_per_tile = 1;  // walked rows (kWsWalked): channels one
+                                  // tile walks, one after the other
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
   int32_t vec = 0;                // 1: 16-byte vector path is legal;
@@ -96,6 +98,12 @@ struct Conv1dSegment {
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };
+// 192 bytes. The kernels' tile checks read an entry's planner fields and
+// the team then starts from its pointers (see seg_lines_together); an entry
+// of 200 bytes (one more int32 field and padding) cost the fused launches
+// of 64 requests whose kernels it did not otherwise change 0.3-1.7 points
+// of a copy (H200, 2026-11-29), so new fields take the place of others.
+static_assert(sizeof(Conv1dSegment) == 8 * kNumRoles + 80, "the segment table's entry size");
 
 // Conv1dSegment::ws_partial_offset of backward segments with no partials:
 // the short-row and stream kernels store a channel's dweight/dbias
@@ -138,7 +146,7 @@ struct Conv1dPlanInfo {
   // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
   // short_tile_end); every tile of a long-row vector segment (own
   // kernels) in [stream_tile_begin, stream_tile_end), except in the
-  // backward the 16-bit ones walked a channel per tile (ws_partial_offset
+  // backward the 16-bit ones walked by channel (ws_partial_offset
   // == kWsWalked, own kernel) in [walk_tile_begin, walk_tile_end); every
   // other tile in [long_tile_begin, long_tile_end). Update: tiles of
   // vector-path segments (vec) in the stream range, the others in the long

@@ -1,6 +1,6 @@
 // Times the fused conv1d kernels (forward, backward, update) with device
 // events against a 1 GiB device-to-device copy measured in the same run,
-// on the shapes of shared/ANCHORS.md plus a 64-request fused launch, a
+// on the shapes of shared/ANCHORS.md plus two 64-request fused launches, a
 // 64-request launch of mixed lengths (ragged-mixed: L from 1..4096, each
 // request its own weights) and width-8 rows (-W8; the others are W = 4).
 // Writes bench/results/kernels-<device>-<date>.csv (or the path given as
@@ -279,6 +279,12 @@ int main(int argc, char** argv) {
       {"fused64-fp32", 1, 2048, 128, F32, BWD, CF, 64, 0, 0},
       {"fused64-bf16", 1, 2048, 128, BF, FWD, CF, 64, 0, 0},
       {"fused64-bf16", 1, 2048, 128, BF, BWD, CF, 64, 0, 0},
+      // 64 requests of 1024 tokens, 512 channels each: rows of 4 (16-bit)
+      // or 8 (fp32) steps of a team.
+      {"fused64-L1024", 1, 512, 1024, F32, FWD, CF, 64, 0, 0},
+      {"fused64-L1024", 1, 512, 1024, F32, BWD, CF, 64, 0, 0},
+      {"fused64-L1024", 1, 512, 1024, BF, FWD, CF, 64, 0, 0},
+      {"fused64-L1024", 1, 512, 1024, BF, BWD, CF, 64, 0, 0},
       // 64 requests of 1 x 512 x L, L drawn from 1..4096, each its own weights.
       {"ragged-mixed", 1, 512, 0, F32, FWD, CF, 64, 0, 0, 4, true},
       {"ragged-mixed", 1, 512, 0, F32, BWD, CF, 64, 0, 0, 4, true},

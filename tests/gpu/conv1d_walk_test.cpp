@@ -1,0 +1,125 @@
+// The 16-bit backward's walked rows (bwd_cf_walk_kernel) when a launch has
+// many of them: the planner gives a tile several consecutive channels
+// (Conv1dSegment::channels_per_tile), never more steps than one walk takes,
+// and the kernel walks them one after the other. The plan checks are pure
+// host work; the launches match the float64 reference and separate
+// launches byte for byte, and skip themselves without a device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_check.h"
+#include "tests/gpu/gpu_harness.h"
+
+namespace conv1d::testing {
+namespace {
+
+using kernels::KernelLayout;
+using kernels::KernelOp;
+
+// The most steps one walked tile takes (BwdWalkTraits::kSteps).
+constexpr int64_t kWalkSteps = 128;
+
+// {B, L}: walked rows of 2 to 16 steps (two with a partial last step),
+// batch rows 2, 3 and 8 (8 x 8 steps: a group the step cap halves), and
+// rows the walk does not take (short rows; 17 steps, two chunks).
+const std::vector<std::array<int64_t, 2>> kShapes = {
+    {1, 512}, {1, 264}, {2, 1024}, {1, 4096}, {1, 128}, {1, 2048},
+    {8, 2048}, {1, 1536}, {1, 4104}, {3, 768}, {1, 3072}, {1, 520}};
+
+// A dtype pair, width and feature bits (MakeProblem).
+struct FeatureCase {
+  Pair pr;
+  int W;
+  uint32_t bits;
+};
+
+// Plans `shapes` with 256-byte aligned pointers; `table` gets the planned
+// table (in the planner's order).
+kernels::Conv1dPlanInfo Plan(const Conv1dProblem& p, const std::vector<std::array<int64_t, 2>>& shapes,
+                             std::vector<Conv1dSegment>* table) {
+  alignas(256) static char arena[1 << 16];
+  const int n = static_cast<int>(shapes.size());
+  table->assign(static_cast<size_t>(n), Conv1dSegment{});
+  for (int i = 0; i < n; ++i) {
+    (*table)[i].batch = shapes[i][0];
+    (*table)[i].seqlen = shapes[i][1];
+    for (int r = 0; r < kNumRoles; ++r) (*table)[i].set(RoleAt(r), arena + 256 * (i % 16) + 16 * r);
+  }
+  kernels::Conv1dPlanInfo plan;
+  EXPECT_EQ(kernels::Conv1dPlan(p, table->data(), n, &plan), hipSuccess);
+  return plan;
+}
+
+// Each walked segment's tiles cover its channels in groups of
+// channels_per_tile (a power of two whose rows hold at most one walk's
+// steps); every other segment has one channel per tile. Returns the
+// largest group seen.
+int64_t CheckGroups(const Conv1dProblem& p, const std::vector<Conv1dSegment>& table,
+                    const kernels::Conv1dPlanInfo& plan) {
+  const int64_t ne = p.x_type == ScalarType::kF32 ? 4 : 8;
+  int64_t largest = 0;
+  for (size_t j = 0; j < table.size(); ++j) {
+    const Conv1dSegment& s = table[j];
+    const int64_t next = j + 1 < table.size() ? table[j + 1].tile_begin : plan.total_tiles;
+    const std::string what = "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.seqlen);
+    const int64_t g = s.channels_per_tile;
+    if (s.ws_partial_offset != kernels::kWsWalked) {
+      EXPECT_EQ(g, 1) << what;
+      continue;
+    }
+    const int64_t steps = (s.seqlen / ne + 31) / 32;
+    EXPECT_TRUE(g >= 1 && (g & (g - 1)) == 0) << what << " channels_per_tile " << g;
+    EXPECT_LE(g * s.batch * steps, kWalkSteps) << what;
+    EXPECT_EQ(next - s.tile_begin, (p.dim + g - 1) / g) << what;
+    largest = std::max(largest, g);
+  }
+  return largest;
+}
+
+TEST(Conv1dWalk, ManyWalkedChannelsAreGroupedWithinOneWalksSteps) {
+  for (const Pair& pr : {kPairs[2], kPairs[1], kPairs[0]}) {
+    const bool walks = pr.x != ScalarType::kF32;
+    // D = 1031: a last group of fewer channels.
+    const Conv1dProblem p = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 1031, 4, 0x3);
+    std::vector<Conv1dSegment> table;
+    const kernels::Conv1dPlanInfo plan = Plan(p, kShapes, &table);
+    const int64_t largest = CheckGroups(p, table, plan);
+    EXPECT_EQ(largest > 1, walks) << "largest channels_per_tile " << largest;
+    if (walks) {
+      EXPECT_GT(plan.walk_tile_end, plan.walk_tile_begin);
+    }
+    // Few channels in all: a channel per tile.
+    const Conv1dProblem few = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 40, 4, 0x3);
+    EXPECT_EQ(CheckGroups(few, table, Plan(few, kShapes, &table)), walks ? 1 : 0);
+  }
+}
+
+// Grouped walks against the reference and against the same segments alone
+// (a launch of one segment groups fewer channels, or none): bf16 and fp16
+// weights, fp32 weights, SiLU, bias, every state tensor, W = 2..4.
+TEST(Conv1dWalk, GroupedChannelsMatchTheReferenceAndSeparateLaunches) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng = TestRng();
+  const FeatureCase cases[] = {{kPairs[2], 4, 0x1f}, {kPairs[1], 3, 0x02}, {kPairs[4], 2, 0x3d}, {kPairs[2], 4, 0x00}};
+  for (const FeatureCase& c : cases) {
+    const Conv1dProblem p = MakeProblem(KernelOp::kBackward, c.pr, KernelLayout::kChannelFirst, 1031, c.W, c.bits);
+    std::vector<Conv1dSegment> table;
+    ASSERT_GT(CheckGroups(p, table, Plan(p, kShapes, &table)), 1) << "the launch groups no channels";
+    std::vector<SegmentData> segs;
+    for (const auto& sh : kShapes) {
+      segs.emplace_back();
+      segs.back().batch = sh[0];
+      segs.back().seqlen = sh[1];
+      MakeInputs(p, &segs.back(), rng);
+    }
+    ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {1, 3, 9}));
+  }
+}
+
+}  // namespace
+}  // namespace conv1d::testing
