@@ -24,7 +24,13 @@ using detail::WidthSwitch;
 // whole row (no tail group: g past the row is zero). dweight/dbias: per
 // lane over all steps of the channel's rows in order, then one team sum,
 // stored by store_channel_dw.
-template <class T, int W, bool kSilu>
+// kShift (seg.vec == kVecShifted): rows of any length, each on the
+// 16-byte grid that starts o elements before it (o from the row's own
+// address, so it changes from row to row), with the range checks of
+// bwd_cf_stream_team's shifted rows: x̃ before the row and zeros past it,
+// dout outside the row zero, dx of the vectors that straddle the row's
+// ends (or meet dfinal_states) stored element by element.
+template <class T, int W, bool kSilu, bool kShift>
 __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1dSegment& seg,
                                                    int64_t tile, int lane, uint4 (*stage)[2][kTeam]) {
   using S = typename T::S;
@@ -37,43 +43,58 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
   static_assert(N > kH, "a lane's tail must hold the whole halo");
   const int64_t L = seg.seqlen;
   const int64_t B = seg.batch;
-  const int64_t rstride = p.dim * L;  // between the rows of one channel
   const int64_t d0 = tile * seg.channels_per_tile;
   const int64_t left = p.dim - d0;
   const int nch = left < seg.channels_per_tile ? static_cast<int>(left) : seg.channels_per_tile;
-  const int nsteps = static_cast<int>((L + kStep - 1) / kStep);
-  const bool partial = static_cast<int64_t>(nsteps) * kStep > L;
   const bool first = lane == 0;
   const bool last = lane == kTeam - 1;
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int src_next = (lane + 1) & (kTeam - 1);
-  const int64_t lpos = lane * N;
-  const int lsteps = !partial ? nsteps : lpos >= L ? 0 : static_cast<int>((L - lpos + kStep - 1) / kStep);
-  const S* xp = static_cast<const S*>(seg.in(Role::kX)) + d0 * L + lpos;
-  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + d0 * L + lpos;
-  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + d0 * L + lpos;
+  const int lpos = lane * N;  // this lane's grid position in a row's step 0
+  const S* x = static_cast<const S*>(seg.in(Role::kX));
+  // A row's steps on its grid (o: elements of the grid before the row) and
+  // the steps in which this lane lies inside it.
+  struct Span {
+    int o, nsteps, lsteps;
+  };
+  auto span_of = [&](int64_t r) {
+    Span sp;
+    sp.o = kShift ? row_shift(x + r * L) : 0;
+    const int64_t lg = L + sp.o;  // the row's end on the grid
+    sp.nsteps = static_cast<int>((lg + kStep - 1) / kStep);
+    sp.lsteps = static_cast<int64_t>(sp.nsteps) * kStep <= lg ? sp.nsteps
+                : lpos >= lg                                 ? 0
+                                                             : static_cast<int>((lg - lpos + kStep - 1) / kStep);
+    return sp;
+  };
+  const S* xp = x + lpos;
+  const S* dp = static_cast<const S*>(seg.in(Role::kDout)) + lpos;
+  S* dxp = static_cast<S*>(seg.out(Role::kDx)) + lpos;
 
-  // The next step to issue: channel ic of the tile, row ib, step ist
-  // (zeros once past the tile's last row or, in a partial last step, past
-  // L). One group per call.
+  // The next step to issue: channel ic of the tile, row ib, step ist of
+  // the row at irow = ib * D + d0 + ic (zeros once past the tile's last row
+  // or, in a partial last step, past the row). One group per call.
   int ic = 0, ist = 0;
-  int64_t ib = 0, cbase = 0, ioff = 0;  // cbase = ic * L, ioff = cbase + ib * rstride
+  int64_t ib = 0, irow = d0;
+  Span isp = span_of(irow);
+  int64_t ioff = irow * L - isp.o;  // the issued row's grid start
   auto issue = [&](int slot) {
-    const bool ok = ic < nch && ist < lsteps;
+    const bool ok = ic < nch && ist < isp.lsteps;
     const int64_t off = ok ? ioff + static_cast<int64_t>(ist) * kStep : 0;
     copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
     copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
     copy_async_commit();
-    if (++ist == nsteps) {
+    if (++ist == isp.nsteps) {
       ist = 0;
       if (++ib == B) {
         ib = 0;
         ++ic;
-        cbase += L;
-        ioff = cbase;
+        irow = d0 + ic;
       } else {
-        ioff += rstride;
+        irow += p.dim;
       }
+      if constexpr (kShift) isp = span_of(irow);
+      ioff = irow * L - isp.o;
     }
   };
 #pragma unroll
@@ -91,20 +112,43 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
   float dw[W + 1];  // [W] is dbias
   float carry[kH];  // lane 31: x̃ left of the next step
   float gc[N];      // g of the previous step
-  auto dx_of = [&](const float (&gh)[kH], float (&dxv)[N]) {
+  int64_t row = d0;
+  Span sp = span_of(row);
+  S* dxr = dxp;            // this row's grid start in dx
+  const S* xrow = x;       // this row in x
+  // dx of step st of the row (g in gc, its right halo gh), with
+  // dfinal_states near the row's end and, from the vector that holds
+  // t = 0, dinitial_states. Whole vectors where the step is inside the row
+  // and clear of dfinal_states (always so for rows of whole vectors but
+  // in their last step), else element by element.
+  auto finish = [&](bool maybe_last, int st, const float (&gh)[kH]) {
+    float dxv[N];
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      float acc = 0.0f;
+    for (int e = 0; e < N; ++e) dxv[e] = dx_of_g<W, N>(w, gc, gh, e);
+    const int64_t t0 = lpos - sp.o + static_cast<int64_t>(st) * kStep;
+    S* dst = dxr + static_cast<int64_t>(st) * kStep;
+    if ((!kShift && !maybe_last) || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
+      store_words(dst, pack_words<T>(dxv));
+    } else {
+      const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
 #pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const int idx = e + kH - k;
-        acc += w[k] * (idx < N ? gc[idx < N ? idx : 0] : gh[idx >= N ? idx - N : 0]);
+      for (int e = 0; e < N; ++e) {
+        const int64_t t = t0 + e;
+        if (t >= 0 && t < L) {
+          float v = dxv[e];
+          if (p.has_dfinal && t >= L - kH) v += T::to_f(dfin[t - (L - kH)]);
+          dst[e] = T::from_f(v);
+        }
       }
-      dxv[e] = acc;
+    }
+    if (p.ret_dinit && t0 <= 0 && t0 + N > 0) {
+      // g at t is element t - t0 of gc then gh (walked rows are longer
+      // than W - 1, so dfinal_states never reaches dinitial_states).
+      float g0[kH];  // g at t = 0 .. kH-1
+      window_at(gc, gh, static_cast<int>(-t0), g0);
+      store_dinit_row<T, W>(static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH, w, g0);
     }
   };
-  int64_t row = d0;
-  S* dxr = dxp;  // this row's dx
   auto step = [&](auto first_step, int st) {
     constexpr bool kFirstStep = decltype(first_step)::value;
     copy_async_wait<kP - 1>();  // this step's group has landed
@@ -122,6 +166,9 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
       for (int e = 0; e < N; ++e) xf[kH + e] = xv[e];
     }
     unpack_words<T>(db, dv);
+    if constexpr (kShift) {
+      mask_outside_row<T, N, kH>(p, seg, xrow, row, lpos - sp.o + static_cast<int64_t>(st) * kStep, L, W, dv, xf);
+    }
 #pragma unroll
     for (int i = 0; i < kH; ++i) {
       const float give = last ? carry[i] : xf[N + i];
@@ -140,19 +187,12 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
 #pragma unroll
       for (int k = 0; k < W; ++k) dw[k] += gv * xf[e + k];
     }
-    if constexpr (kFirstStep) {
-      if (p.ret_dinit && first) {
-        // L > kTeam * N (stream rows), so dfinal_states never reaches here.
-        store_dinit_row<T, W>(static_cast<S*>(seg.out(Role::kDinitialStates)) + row * kH, w, gs);
-      }
-    } else {
-      // Step st-1 is full and not the row's last: no range checks, no dfinal.
+    if constexpr (!kFirstStep) {
+      // Step st-1 is not the row's last.
       float gh[kH];
 #pragma unroll
       for (int i = 0; i < kH; ++i) gh[i] = gpu_shfl(first ? gs[i] : gc[i], src_next, kTeam);
-      float dxv[N];
-      dx_of(gh, dxv);
-      store_words(dxr + static_cast<int64_t>(st - 1) * kStep, pack_words<T>(dxv));
+      finish(false, st - 1, gh);
     }
 #pragma unroll
     for (int e = 0; e < N; ++e) gc[e] = gs[e];
@@ -163,19 +203,19 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
 #pragma unroll
     for (int k = 0; k <= W; ++k) dw[k] = 0.0f;
     row = d0 + c;
-    dxr = dxp + c * L;
 #pragma unroll 1
     for (int64_t b = 0; b < B; ++b) {
+      xrow = x + row * L;
+      if constexpr (kShift) sp = span_of(row);
+      dxr = dxp + (row * L - sp.o);
 #pragma unroll
       for (int i = 0; i < kH; ++i) carry[i] = 0.0f;
-      if (last && p.has_init) {
-        load_left<T, N, W>(p, seg, static_cast<const S*>(seg.in(Role::kX)) + row * L, row, 0, carry);
-      }
+      if (last && p.has_init) load_left<T, N, W>(p, seg, xrow, row, -sp.o, carry);
       step(detail::Bool<true>{}, 0);
 #pragma unroll 1
-      for (int s0 = 1; s0 < nsteps; s0 += 2) {
+      for (int s0 = 1; s0 < sp.nsteps; s0 += 2) {
         step(detail::Bool<false>{}, s0);
-        if (s0 + 1 < nsteps) step(detail::Bool<false>{}, s0 + 1);
+        if (s0 + 1 < sp.nsteps) step(detail::Bool<false>{}, s0 + 1);
       }
       // The row's last step: g past the row is zero.
       float gh[kH];
@@ -184,19 +224,8 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
         gh[i] = gpu_shfl(gc[i], src_next, kTeam);
         if (last) gh[i] = 0.0f;
       }
-      if (nsteps <= lsteps) {
-        const int64_t pos = lpos + static_cast<int64_t>(nsteps - 1) * kStep;
-        float dxv[N];
-        dx_of(gh, dxv);
-        if (p.has_dfinal && pos + N == L) {
-          const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
-#pragma unroll
-          for (int i = 0; i < kH; ++i) dxv[N - kH + i] += T::to_f(dfin[i]);
-        }
-        store_words(dxr + static_cast<int64_t>(nsteps - 1) * kStep, pack_words<T>(dxv));
-      }
+      if (sp.nsteps <= sp.lsteps) finish(true, sp.nsteps - 1, gh);
       row += p.dim;
-      dxr += rstride;
     }
     float v[W + 1];
 #pragma unroll
@@ -227,8 +256,11 @@ __global__ void __launch_bounds__(kTeam * detail::kBwdWalkTeams, detail::BwdWalk
     const Conv1dSegment& seg = p.segs[find_tile_segment(p, tile, lane)];
     // See seg_lines_together.
     if (!(is_stream_tile(seg) & (seg.ws_partial_offset == kWsWalked) & seg_lines_together(seg))) continue;
+    const bool shift = seg.vec == kVecShifted;
     BoolSwitch(p.silu, [&](auto silu) {
-      bwd_cf_stream_walk<T, W, decltype(silu)::value>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      constexpr bool kSilu = decltype(silu)::value;
+      if (shift) bwd_cf_stream_walk<T, W, kSilu, true>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      else bwd_cf_stream_walk<T, W, kSilu, false>(p, seg, tile - seg.tile_begin, lane, stage[team]);
     });
   }
   gpu_exit_after_prerequisites();  // see LaunchKernel

@@ -61,9 +61,9 @@ bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
 // The channel-first fast path's layout of a segment of B rows of length L
 // on the vector (vec) or scalar path: its scheduling fields, its tiles and
 // (backward, unless direct) its dweight partials in floats. Shifted rows
-// (L counted on the grid) are long rows, never walked. walk_group: the
+// (L counted on the grid) are long rows. walk_group: the
 // channels a walked tile may take (WalkGroup), fewer where their steps
-// would pass kBwdWalkSteps.
+// would pass kBwdWalkTileSteps.
 struct CfLayout {
   int32_t per_lane = 1;
   int32_t lanes_per_row = kTeam;
@@ -111,19 +111,20 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
     if (vec) {
       // fwd_cf_stream_kernel, bwd_cf_stream_kernel: chunks of at most
       // k*StreamSteps steps, the row's steps spread evenly over them; or,
-      // 16-bit backward, when the B rows of a channel are single chunks and
-      // short enough together, a team walking them, channel after channel (walk;
-      // marked kWsWalked, which no other long-row segment has).
+      // 16-bit backward, when the B rows of a channel are single chunks
+      // and short enough together (shifted rows too), a team walking them,
+      // channel after channel (walk; marked kWsWalked, which no other
+      // long-row segment has).
       const int64_t steps = CeilDiv(nvec, kTeam);
       const int64_t cap = bwd ? BwdStreamSteps(static_cast<int>(esize)) : kFwdStreamSteps;
       const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
       c.per_lane = static_cast<int32_t>(per);
       c.nchunks = CeilDiv(steps, per);
-      if (bwd && esize == 2 && c.nchunks == 1 && B * steps <= kBwdWalkSteps && !shifted) {
+      if (bwd && esize == 2 && c.nchunks == 1 && B * steps <= kBwdWalkSteps) {
         c.walk = true;
         c.direct = true;
         int64_t g = walk_group;
-        while (g > 1 && g * B * steps > kBwdWalkSteps) g /= 2;
+        while (g > 1 && g * B * steps > kBwdWalkTileSteps) g /= 2;
         c.channels_per_tile = static_cast<int32_t>(g);
       } else if (bwd && c.nchunks == 1 && B == 1) {
         // A tile holds the channel's whole dweight: stored by the stream
@@ -157,8 +158,10 @@ int64_t WalkGroup(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) 
   int64_t walked = 0;
   for (int32_t i = 0; i < n; ++i) {
     const int64_t L = segs[i].seqlen;
-    if (!CfVecShape(p, L) || L <= kTeam * ne) continue;  // shifted or short rows
-    const int64_t steps = CeilDiv(L / ne, kTeam);
+    const bool shifted = CfShiftedShape(p, L);
+    if (!shifted && (!CfVecShape(p, L) || L <= kTeam * ne)) continue;  // short or scalar rows
+    // Shifted rows span at most ne - 1 more grid elements than L.
+    const int64_t steps = CeilDiv(CeilDiv(shifted ? L + ne - 1 : L, ne), kTeam);
     if (steps <= cap && segs[i].batch * steps <= kBwdWalkSteps) walked += p.dim;
   }
   int64_t g = 1;

@@ -123,16 +123,19 @@ struct BwdStreamTraits {
 // team walks the B rows of a channel and stores dweight/dbias itself (no
 // partials, no reduce_dw_kernel). kSteps = 0 turns the walk off. 128:
 // 8x4096x4096 and 16x5120x2048 (B x 16 and B x 8 steps = 128) walk rather
-// than start a team per row; measured better at 128 than at 32. A tile
-// walks several consecutive channels (channels_per_tile, a power of two,
-// their steps together at most kSteps) while the launch keeps at least
-// kTiles walked tiles: the ring then runs on from channel to channel
-// instead of filling and draining around each one (64 x 1x512x1024 bf16:
-// 53 -> 75 % of a copy, H200). 4096, two rounds of the teams an H200 holds
-// (132 SMs x 16): at 2048 the 64-request launches were within 0.5 points,
-// and more rounds leave less of a launch's end to its longest tiles.
+// than start a team per row; measured better at 128 than at 32. Rows on
+// the shifted grid are walked too. A tile walks several consecutive
+// channels (channels_per_tile, a power of two, their steps together at
+// most kTileSteps) while the launch keeps at least kTiles walked tiles:
+// the ring then runs on from channel to channel instead of filling and
+// draining around each one (64 x 1x512x1024 bf16: 53 -> 75 % of a copy,
+// H200). kTiles 4096, two rounds of the teams an H200 holds (132 SMs x
+// 16; 2048 was within 0.5 points). kTileSteps 32: groups of up to 128
+// steps left the mixed-length launch's end to its longest tiles (its bf16
+// backward 64 -> 59 % with its shifted rows walked; 67.6 at 32).
 struct BwdWalkTraits {
   static constexpr int kSteps = 128;
+  static constexpr int kTileSteps = 32;
   static constexpr int64_t kTiles = 4096;
   static constexpr int kTeams = 8;
   static constexpr int kMinBlocks = BwdStreamTraits::kMinBlocks;
@@ -236,6 +239,7 @@ inline constexpr int kFwdStreamPrefetch = FwdStreamTraits<4>::kPrefetch;
 inline constexpr int kBwdWalkSteps = BwdWalkTraits::kSteps;
 inline constexpr int kBwdWalkTeams = BwdWalkTraits::kTeams;
 inline constexpr int64_t kBwdWalkTiles = BwdWalkTraits::kTiles;
+inline constexpr int kBwdWalkTileSteps = BwdWalkTraits::kTileSteps;
 constexpr int BwdShortMinBlocks(int elem_bytes) {
   return elem_bytes == 4 ? BwdShortTraits<4>::kMinBlocks : BwdShortTraits<2>::kMinBlocks;
 }

@@ -106,8 +106,9 @@ TEST(Conv1dPlanOrder, BackwardLongRowsGoToTheStreamKernelAtEveryWidth) {
 // Long backward rows whose channel's dweight one tile holds (B == 1, one
 // chunk) have no partials: the stream kernel stores dweight itself
 // (kWsDirect) and, with no other partials, the launch needs no reduction
-// and no workspace; 16-bit whole-vector rows of that kind are walked
-// (kWsWalked). Two batch rows or two chunks keep their partials.
+// and no workspace; 16-bit rows of that kind are walked (kWsWalked),
+// whole-vector and shifted ones alike. Two batch rows or two chunks keep
+// their partials.
 TEST(Conv1dPlanOrder, SingleChunkRowsOfOneBatchRowStoreDweightDirectly) {
   alignas(256) static char arena[1 << 12];
   struct Case {
@@ -117,7 +118,7 @@ TEST(Conv1dPlanOrder, SingleChunkRowsOfOneBatchRowStoreDweightDirectly) {
   };
   const Case cases[] = {{0, 1, 4096, kernels::kWsDirect},  {0, 1, 4093, kernels::kWsDirect},
                         {0, 2, 4096, 0},                    {0, 1, 8192, 0},
-                        {2, 1, 4001, kernels::kWsDirect},  {2, 1, 4096, kernels::kWsWalked},
+                        {2, 1, 4001, kernels::kWsWalked},  {2, 1, 4096, kernels::kWsWalked},
                         {2, 1, 8192, 0}};
   for (const Case& c : cases) {
     const Conv1dProblem p =

@@ -1,7 +1,8 @@
-// The 16-bit backward's walked rows (bwd_cf_walk_kernel) when a launch has
-// many of them: the planner gives a tile several consecutive channels
-// (Conv1dSegment::channels_per_tile), never more steps than one walk takes,
-// and the kernel walks them one after the other. The plan checks are pure
+// The 16-bit backward's walked rows (bwd_cf_walk_kernel; whole-vector and
+// shifted rows) when a launch has many of them: the planner gives a tile
+// several consecutive channels (Conv1dSegment::channels_per_tile), never
+// more steps than one walk takes, and the kernel walks them one after the
+// other. The plan checks are pure
 // host work; the launches match the float64 reference and separate
 // launches byte for byte, and skip themselves without a device.
 #include <gtest/gtest.h>
@@ -21,15 +22,21 @@ namespace {
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-// The most steps one walked tile takes (BwdWalkTraits::kSteps).
+// The most steps one walked channel takes (BwdWalkTraits::kSteps), and a
+// tile of several (kTileSteps).
 constexpr int64_t kWalkSteps = 128;
+constexpr int64_t kTileSteps = 32;
 
 // {B, L}: walked rows of 2 to 16 steps (two with a partial last step),
-// batch rows 2, 3 and 8 (8 x 8 steps: a group the step cap halves), and
-// rows the walk does not take (short rows; 17 steps, two chunks).
+// batch rows 2, 3 and 8 (8 x 8 steps: a group the step cap halves), rows
+// that are not a whole number of vectors (the shifted grid, each row of a
+// segment at its own offset: one step, several, B = 2, one ending a
+// vector short of its last step), and rows the walk does not take (short
+// rows; 17 steps, two chunks).
 const std::vector<std::array<int64_t, 2>> kShapes = {
     {1, 512}, {1, 264}, {2, 1024}, {1, 4096}, {1, 128}, {1, 2048},
-    {8, 2048}, {1, 1536}, {1, 4104}, {3, 768}, {1, 3072}, {1, 520}};
+    {8, 2048}, {1, 1536}, {1, 4104}, {3, 768}, {1, 3072}, {1, 520},
+    {1, 1001}, {1, 37}, {2, 777}, {1, 4090}, {1, 250}};
 
 // A dtype pair, width and feature bits (MakeProblem).
 struct FeatureCase {
@@ -56,8 +63,9 @@ kernels::Conv1dPlanInfo Plan(const Conv1dProblem& p, const std::vector<std::arra
 }
 
 // Each walked segment's tiles cover its channels in groups of
-// channels_per_tile (a power of two whose rows hold at most one walk's
-// steps); every other segment has one channel per tile. Returns the
+// channels_per_tile (a power of two; a channel's rows hold at most one
+// walk's steps, a group of several at most a tile's); every other segment
+// has one channel per tile. Returns the
 // largest group seen.
 int64_t CheckGroups(const Conv1dProblem& p, const std::vector<Conv1dSegment>& table,
                     const kernels::Conv1dPlanInfo& plan) {
@@ -72,16 +80,21 @@ int64_t CheckGroups(const Conv1dProblem& p, const std::vector<Conv1dSegment>& ta
       EXPECT_EQ(g, 1) << what;
       continue;
     }
-    const int64_t steps = (s.seqlen / ne + 31) / 32;
+    // Shifted rows: up to ne - 1 more grid elements than L.
+    const int64_t grid = s.vec == kernels::kVecShifted ? s.seqlen + ne - 1 : s.seqlen;
+    const int64_t steps = ((grid + ne - 1) / ne + 31) / 32;
     EXPECT_TRUE(g >= 1 && (g & (g - 1)) == 0) << what << " channels_per_tile " << g;
-    EXPECT_LE(g * s.batch * steps, kWalkSteps) << what;
+    EXPECT_LE(s.batch * steps, kWalkSteps) << what;
+    if (g > 1) {
+      EXPECT_LE(g * s.batch * steps, kTileSteps) << what;
+    }
     EXPECT_EQ(next - s.tile_begin, (p.dim + g - 1) / g) << what;
     largest = std::max(largest, g);
   }
   return largest;
 }
 
-TEST(Conv1dWalk, ManyWalkedChannelsAreGroupedWithinOneWalksSteps) {
+TEST(Conv1dWalk, ManyWalkedChannelsAreGroupedWithinATilesSteps) {
   for (const Pair& pr : {kPairs[2], kPairs[1], kPairs[0]}) {
     const bool walks = pr.x != ScalarType::kF32;
     // D = 1031: a last group of fewer channels.
@@ -117,7 +130,7 @@ TEST(Conv1dWalk, GroupedChannelsMatchTheReferenceAndSeparateLaunches) {
       segs.back().seqlen = sh[1];
       MakeInputs(p, &segs.back(), rng);
     }
-    ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {1, 3, 9}));
+    ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {1, 3, 9, 12, 14}));
   }
 }
 
