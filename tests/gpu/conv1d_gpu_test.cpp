@@ -24,20 +24,6 @@ using kernels::KernelActivation;
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-// Segments of the given {B, L} with fresh random inputs.
-template <class Shapes>
-std::vector<SegmentData> MakeSegments(const Conv1dProblem& p, const Shapes& shapes,
-                                      std::mt19937_64& rng) {
-  std::vector<SegmentData> segs;
-  for (const auto& sh : shapes) {
-    segs.emplace_back();
-    segs.back().batch = sh[0];
-    segs.back().seqlen = sh[1];
-    MakeInputs(p, &segs.back(), rng);
-  }
-  return segs;
-}
-
 // A dtype pair, width and feature bits (MakeProblem) and, for tests that
 // need one, a sequence length.
 struct FeatureCase {

@@ -45,23 +45,6 @@ struct FeatureCase {
   uint32_t bits;
 };
 
-// Plans `shapes` with 256-byte aligned pointers; `table` gets the planned
-// table (in the planner's order).
-kernels::Conv1dPlanInfo Plan(const Conv1dProblem& p, const std::vector<std::array<int64_t, 2>>& shapes,
-                             std::vector<Conv1dSegment>* table) {
-  alignas(256) static char arena[1 << 16];
-  const int n = static_cast<int>(shapes.size());
-  table->assign(static_cast<size_t>(n), Conv1dSegment{});
-  for (int i = 0; i < n; ++i) {
-    (*table)[i].batch = shapes[i][0];
-    (*table)[i].seqlen = shapes[i][1];
-    for (int r = 0; r < kNumRoles; ++r) (*table)[i].set(RoleAt(r), arena + 256 * (i % 16) + 16 * r);
-  }
-  kernels::Conv1dPlanInfo plan;
-  EXPECT_EQ(kernels::Conv1dPlan(p, table->data(), n, &plan), hipSuccess);
-  return plan;
-}
-
 // Each walked segment's tiles cover its channels in groups of
 // channels_per_tile (a power of two; a channel's rows hold at most one
 // walk's steps, a group of several at most a tile's); every other segment
@@ -100,7 +83,7 @@ TEST(Conv1dWalk, ManyWalkedChannelsAreGroupedWithinATilesSteps) {
     // D = 1031: a last group of fewer channels.
     const Conv1dProblem p = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 1031, 4, 0x3);
     std::vector<Conv1dSegment> table;
-    const kernels::Conv1dPlanInfo plan = Plan(p, kShapes, &table);
+    const kernels::Conv1dPlanInfo plan = PlanShapes(p, kShapes, &table);
     const int64_t largest = CheckGroups(p, table, plan);
     EXPECT_EQ(largest > 1, walks) << "largest channels_per_tile " << largest;
     if (walks) {
@@ -108,7 +91,7 @@ TEST(Conv1dWalk, ManyWalkedChannelsAreGroupedWithinATilesSteps) {
     }
     // Few channels in all: a channel per tile.
     const Conv1dProblem few = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelFirst, 40, 4, 0x3);
-    EXPECT_EQ(CheckGroups(few, table, Plan(few, kShapes, &table)), walks ? 1 : 0);
+    EXPECT_EQ(CheckGroups(few, table, PlanShapes(few, kShapes, &table)), walks ? 1 : 0);
   }
 }
 
@@ -122,15 +105,8 @@ TEST(Conv1dWalk, GroupedChannelsMatchTheReferenceAndSeparateLaunches) {
   for (const FeatureCase& c : cases) {
     const Conv1dProblem p = MakeProblem(KernelOp::kBackward, c.pr, KernelLayout::kChannelFirst, 1031, c.W, c.bits);
     std::vector<Conv1dSegment> table;
-    ASSERT_GT(CheckGroups(p, table, Plan(p, kShapes, &table)), 1) << "the launch groups no channels";
-    std::vector<SegmentData> segs;
-    for (const auto& sh : kShapes) {
-      segs.emplace_back();
-      segs.back().batch = sh[0];
-      segs.back().seqlen = sh[1];
-      MakeInputs(p, &segs.back(), rng);
-    }
-    ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {1, 3, 9, 12, 14}));
+    ASSERT_GT(CheckGroups(p, table, PlanShapes(p, kShapes, &table)), 1) << "the launch groups no channels";
+    ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, MakeSegments(p, kShapes, rng), {1, 3, 9, 12, 14}));
   }
 }
 

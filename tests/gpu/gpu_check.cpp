@@ -159,4 +159,20 @@ Conv1dProblem MakeProblem(KernelOp op, Pair pr, KernelLayout layout, int64_t D, 
 }
 
 
+kernels::Conv1dPlanInfo PlanShapes(const Conv1dProblem& p,
+                                   const std::vector<std::array<int64_t, 2>>& shapes,
+                                   std::vector<Conv1dSegment>* table) {
+  alignas(256) static char arena[1 << 16];
+  const int n = static_cast<int>(shapes.size());
+  table->assign(static_cast<size_t>(n), Conv1dSegment{});
+  for (int i = 0; i < n; ++i) {
+    (*table)[i].batch = shapes[i][0];
+    (*table)[i].seqlen = shapes[i][1];
+    for (int r = 0; r < kNumRoles; ++r) (*table)[i].set(RoleAt(r), arena + 256 * (i % 16) + 16 * r);
+  }
+  kernels::Conv1dPlanInfo plan;
+  EXPECT_EQ(kernels::Conv1dPlan(p, table->data(), n, &plan), hipSuccess);
+  return plan;
+}
+
 }  // namespace conv1d::testing

@@ -1,8 +1,9 @@
 // Checks shared by the GPU kernel tests: the dtype pairs under test, a
-// problem from feature bits, every output of a fused launch against the
-// float64 reference, a fused launch against its segments run alone, and the
-// random generator whose seed a test prints and a run may fix
-// (CONV1D_TEST_SEED) to replay a failure.
+// problem from feature bits, segments of given shapes with random inputs,
+// every output of a fused launch against the float64 reference, a fused
+// launch against its segments run alone, the plan of given shapes (host
+// only), and the random generator whose seed a test prints and a run may
+// fix (CONV1D_TEST_SEED) to replay a failure.
 //
 // Used by tests/gpu only. Not thread-safe (call from the test's thread).
 #ifndef CONV1D_TESTS_GPU_GPU_CHECK_H_
@@ -72,6 +73,28 @@ std::vector<size_t> EveryNth(size_t n, size_t every);
 // is fatal (call in ASSERT_NO_FATAL_FAILURE); a byte mismatch is not.
 void ExpectFusedEqualSeparate(const Conv1dProblem& p, const std::vector<SegmentData>& segs,
                               const std::vector<size_t>& alone);
+
+// Segments of the given {B, L} (any range of two-element shapes) with
+// fresh random inputs.
+template <class Shapes>
+std::vector<SegmentData> MakeSegments(const Conv1dProblem& p, const Shapes& shapes,
+                                      std::mt19937_64& rng) {
+  std::vector<SegmentData> segs;
+  for (const auto& sh : shapes) {
+    segs.emplace_back();
+    segs.back().batch = sh[0];
+    segs.back().seqlen = sh[1];
+    MakeInputs(p, &segs.back(), rng);
+  }
+  return segs;
+}
+
+// Plans segments of the given {B, L} on placeholder pointers, 256-byte
+// aligned so that the vector paths are legal (host work: nothing is
+// launched or read), and returns the plan; `table` gets the planned table.
+kernels::Conv1dPlanInfo PlanShapes(const Conv1dProblem& p,
+                                   const std::vector<std::array<int64_t, 2>>& shapes,
+                                   std::vector<Conv1dSegment>* table);
 
 }  // namespace conv1d::testing
 
