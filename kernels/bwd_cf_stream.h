@@ -156,34 +156,13 @@ __device__ __forceinline__ void bwd_cf_stream_team(const KParams& p, const Conv1
   auto finish = [&](bool maybe_last, int st, const float (&gh)[kH]) {
     float dxv[N];
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        const int idx = e + kH - k;
-        acc += w[k] * (idx < N ? gc[idx < N ? idx : 0] : gh[idx >= N ? idx - N : 0]);
-      }
-      dxv[e] = acc;
-    }
+    for (int e = 0; e < N; ++e) dxv[e] = dx_of_g<W, N>(w, gc, gh, e);
     const int64_t t0 = tpos(st);
-    S* dst = dxp + static_cast<int64_t>(st) * kStep;
     // Whole vectors: inside the row and clear of dfinal_states (always so
     // on rows of whole vectors but for their last step, when the halo is
     // within a vector; a longer one may reach into the step before).
-    if ((!kShift && !kTwo && !maybe_last) || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
-      store_words(dst, pack_words<T>(dxv));
-    } else {
-      const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const int64_t t = t0 + e;
-        if (t >= 0 && t < L) {
-          float v = dxv[e];
-          if (p.has_dfinal && t >= L - kH) v += T::to_f(dfin[t - (L - kH)]);
-          dst[e] = T::from_f(v);
-        }
-      }
-    }
+    store_dx_vector<T, W, N>(p, seg, row, L, t0, !kShift && !kTwo && !maybe_last, dxv,
+                             dxp + static_cast<int64_t>(st) * kStep);
     if (p.ret_dinit && (kShift || st == 0) && t0 <= 0 && t0 + N > 0) {
       // g at t is element t + o of gc then gh (L > kTeam, so dfinal_states
       // never reaches dinitial_states).

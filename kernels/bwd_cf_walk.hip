@@ -126,21 +126,8 @@ __device__ __forceinline__ void bwd_cf_stream_walk(const KParams& p, const Conv1
 #pragma unroll
     for (int e = 0; e < N; ++e) dxv[e] = dx_of_g<W, N>(w, gc, gh, e);
     const int64_t t0 = lpos - sp.o + static_cast<int64_t>(st) * kStep;
-    S* dst = dxr + static_cast<int64_t>(st) * kStep;
-    if ((!kShift && !maybe_last) || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
-      store_words(dst, pack_words<T>(dxv));
-    } else {
-      const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates)) + row * kH;
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const int64_t t = t0 + e;
-        if (t >= 0 && t < L) {
-          float v = dxv[e];
-          if (p.has_dfinal && t >= L - kH) v += T::to_f(dfin[t - (L - kH)]);
-          dst[e] = T::from_f(v);
-        }
-      }
-    }
+    store_dx_vector<T, W, N>(p, seg, row, L, t0, !kShift && !maybe_last, dxv,
+                             dxr + static_cast<int64_t>(st) * kStep);
     if (p.ret_dinit && t0 <= 0 && t0 + N > 0) {
       // g at t is element t - t0 of gc then gh (walked rows are longer
       // than W - 1, so dfinal_states never reaches dinitial_states).

@@ -89,6 +89,33 @@ __device__ __forceinline__ void window_at(const float (&a)[kA], const float (&b)
   for (int i = 0; i < kOut; ++i) out[i] = i < kN ? v[i < kN ? i : 0] : 0.0f;
 }
 
+// One lane's dx vector (dxv: row positions t0 .. t0+N-1 of row `row`, of
+// length L) into dst: one 16-byte store when `inside` (the caller knows the
+// vector lies inside the row and clear of dfinal_states) or when its
+// positions say so; else element by element, inside the row only, with
+// dfinal_states added to the row's last W-1 elements. The stream and walk
+// backwards' vectors that straddle a row's ends take the second way.
+template <class T, int W, int N>
+__device__ __forceinline__ void store_dx_vector(const KParams& p, const Conv1dSegment& seg,
+                                                int64_t row, int64_t L, int64_t t0, bool inside,
+                                                const float (&dxv)[N], typename T::S* dst) {
+  constexpr int kH = W - 1;
+  if (inside || (t0 >= 0 && t0 + N <= L - (p.has_dfinal ? kH : 0))) {
+    store_words(dst, pack_words<T>(dxv));
+    return;
+  }
+  const typename T::S* dfin = static_cast<const typename T::S*>(seg.in(Role::kDfinalStates)) + row * kH;
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const int64_t t = t0 + e;
+    if (t >= 0 && t < L) {
+      float v = dxv[e];
+      if (p.has_dfinal && t >= L - kH) v += T::to_f(dfin[t - (L - kH)]);
+      dst[e] = T::from_f(v);
+    }
+  }
+}
+
 // A vector of a shifted row at row position t0 (positions t0 .. t0+N-1)
 // that straddles the row's ends, or lies past it: dout outside the row
 // becomes zero (so g is zero there and adds to neither dx nor dweight), x

@@ -154,15 +154,13 @@ int64_t WalkGroup(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) 
   const int64_t esize = ElemBytes(p.x_type);
   if (p.op != KernelOp::kBackward || esize != 2 || ChoosePath(p) != kPathFastChannelFirst) return 1;
   const int64_t ne = 16 / esize;
-  const int64_t cap = BwdStreamSteps(static_cast<int>(esize));
   int64_t walked = 0;
   for (int32_t i = 0; i < n; ++i) {
     const int64_t L = segs[i].seqlen;
     const bool shifted = CfShiftedShape(p, L);
-    if (!shifted && (!CfVecShape(p, L) || L <= kTeam * ne)) continue;  // short or scalar rows
-    // Shifted rows span at most ne - 1 more grid elements than L.
-    const int64_t steps = CeilDiv(CeilDiv(shifted ? L + ne - 1 : L, ne), kTeam);
-    if (steps <= cap && segs[i].batch * steps <= kBwdWalkSteps) walked += p.dim;
+    if (!shifted && !CfVecShape(p, L)) continue;  // scalar rows
+    // As the first pass lays the segment out (shifted rows on the grid).
+    if (CfSegmentLayout(p, segs[i].batch, shifted ? L + ne - 1 : L, true, 1, shifted).walk) walked += p.dim;
   }
   int64_t g = 1;
   while (walked / (g * 2) >= kBwdWalkTiles) g *= 2;
