@@ -127,9 +127,9 @@ __device__ __forceinline__ bool seg_lines_together(const Conv1dSegment& seg) {
 
 // Which kernel family a channel-first tile belongs to: short-row vector
 // segments (rows_per_tile > 1) go to the short-row kernels and long-row
-// vector segments to the stream kernels (is_stream_tile; the backward's
-// walked 16-bit ones, ws_partial_offset == kWsWalked, to
-// bwd_cf_walk_kernel); the long-row kernels take the scalar rest. Each
+// vector segments to the stream kernels (is_stream_tile; the walked 16-bit
+// ones, ws_partial_offset == kWsWalked, to bwd_cf_walk_kernel and
+// fwd_cf_walk_kernel); the long-row kernels take the scalar rest. Each
 // kernel skips the others' tiles, so each gets its own register
 // allocation.
 __device__ __forceinline__ bool is_short_tile(const Conv1dSegment& seg) {

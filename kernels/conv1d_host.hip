@@ -7,6 +7,7 @@
 
 #include "kernels/conv1d_internal.h"
 #include "kernels/conv1d_kernels.h"
+#include "kernels/conv1d_layout.h"
 
 namespace conv1d::kernels {
 namespace {
@@ -21,151 +22,6 @@ bool Aligned(const void* ptr, int64_t bytes) {
   return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes)) == 0;
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int32_t ChoosePath(const Conv1dProblem& p) {
-  if (p.op == KernelOp::kUpdate) return kPathUpdate;
-  if (!FastWidth(p.width)) return kPathGeneral;
-  return p.layout == KernelLayout::kChannelFirst ? kPathFastChannelFirst : kPathFastChannelLast;
-}
-
-// Short rows: lanes per row (a power of two >= 4) for a row of nvec
-// vectors (or elements), nvec <= kTeam.
-int32_t ShortLanes(int64_t nvec) {
-  int32_t lpr = kTeam;
-  while (lpr > kMinLanesPerRow && nvec <= lpr / 2) lpr /= 2;
-  return lpr;
-}
-
-// Whether the channel-first vector path may take a row of length L,
-// alignment aside: whole 16-byte vectors; short rows (whose kernels pass
-// the halo from lane to lane) need the halo within one vector, long rows
-// (the stream kernels, which take it from two lanes) take any fast width.
-bool CfVecShape(const Conv1dProblem& p, int64_t L) {
-  const int64_t ne = 16 / ElemBytes(p.x_type);
-  const bool long_row = L / ne > kTeam;
-  return L % ne == 0 && (HaloInVector(p.width, static_cast<int>(ne)) || long_row);
-}
-
-// Whether a row that the vector path cannot take as it is (L not a whole
-// number of vectors, or a short forward row whose halo exceeds a vector)
-// runs on the shifted vector grid (kVecShifted), as a long row (a team per
-// chunk, even when the row is a single chunk): rows past kTeam elements;
-// shorter ones keep the staged scalar path, whose tensors may stay in host
-// memory (Conv1dStreamsInPlace).
-bool CfShiftedShape(const Conv1dProblem& p, int64_t L) {
-  return (p.op == KernelOp::kForward || p.op == KernelOp::kBackward) && L > kTeam &&
-         !CfVecShape(p, L);
-}
-
-// The channel-first fast path's layout of a segment of B rows of length L
-// on the vector (vec) or scalar path: its scheduling fields, its tiles and
-// (backward, unless direct) its dweight partials in floats. Shifted rows
-// (L counted on the grid) are long rows. walk_group: the
-// channels a walked tile may take (WalkGroup), fewer where their steps
-// would pass kBwdWalkTileSteps.
-struct CfLayout {
-  int32_t per_lane = 1;
-  int32_t lanes_per_row = kTeam;
-  int32_t rows_per_tile = 1;
-  int64_t nchunks = 1;
-  int64_t tiles = 0;
-  int64_t floats = 0;
-  int32_t channels_per_tile = 1;  // walk: channels a tile walks
-  bool walk = false;    // backward: a tile walks the B rows of its channels
-  bool direct = false;  // backward: the main kernel stores dweight itself
-};
-
-CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
-                         int64_t short_steps, bool shifted = false, int64_t walk_group = 1) {
-  const bool bwd = p.op == KernelOp::kBackward;
-  const int64_t esize = ElemBytes(p.x_type);
-  const int64_t D = p.dim, W = p.width;
-  const int64_t ne = 16 / esize;
-  CfLayout c;
-  const int64_t n_el = vec ? ne : 1;
-  const int64_t max_v = bwd ? MaxPerLaneBwd(p.width) : kMaxPerLaneFwd;
-  const int64_t nvec = CeilDiv(L, n_el);
-  const int64_t v = CeilDiv(nvec, kTeam) < max_v ? CeilDiv(nvec, kTeam) : max_v;
-  c.per_lane = static_cast<int32_t>(v);
-  c.nchunks = CeilDiv(L, kTeam * v * n_el);
-  if (v == 1 && c.nchunks == 1 && !shifted) {
-    // Short rows: several rows per team and, when a row needs at most
-    // half a team, several rows per slot (lanes_per_row lanes each).
-    const int32_t lpr = ShortLanes(nvec);
-    c.lanes_per_row = lpr;
-    c.rows_per_tile = static_cast<int32_t>(max_v) * (kTeam / lpr);
-    if (vec) {
-      // fwd/bwd_cf_short_kernel: short_steps steps of kTeam / lpr rows, at
-      // most kTeam rows and at least 2 (rows_per_tile > 1 marks the kind).
-      int64_t st = short_steps;
-      while (st > 1 && st * (kTeam / lpr) > kTeam) st /= 2;
-      if (st * (kTeam / lpr) < 2) st = 2;
-      c.rows_per_tile = static_cast<int32_t>(st * (kTeam / lpr));
-    }
-    c.tiles = CeilDiv(B * D, c.rows_per_tile);
-    // Short-row vector segments of one batch row per channel: the lane
-    // group of a row sums its whole dweight and stores it (no partials).
-    c.direct = bwd && vec && B == 1;
-  } else {
-    if (vec) {
-      // fwd_cf_stream_kernel, bwd_cf_stream_kernel: chunks of at most
-      // k*StreamSteps steps, the row's steps spread evenly over them; or,
-      // 16-bit backward, when the B rows of a channel are single chunks
-      // and short enough together (shifted rows too), a team walking them,
-      // channel after channel (walk; marked kWsWalked, which no other
-      // long-row segment has).
-      const int64_t steps = CeilDiv(nvec, kTeam);
-      const int64_t cap = bwd ? BwdStreamSteps(static_cast<int>(esize)) : kFwdStreamSteps;
-      const int64_t per = CeilDiv(steps, CeilDiv(steps, cap));
-      c.per_lane = static_cast<int32_t>(per);
-      c.nchunks = CeilDiv(steps, per);
-      if (bwd && esize == 2 && c.nchunks == 1 && B * steps <= kBwdWalkSteps) {
-        c.walk = true;
-        c.direct = true;
-        int64_t g = walk_group;
-        while (g > 1 && g * B * steps > kBwdWalkTileSteps) g /= 2;
-        c.channels_per_tile = static_cast<int32_t>(g);
-      } else if (bwd && c.nchunks == 1 && B == 1) {
-        // A tile holds the channel's whole dweight: stored by the stream
-        // kernel itself (kWsDirect), no partials.
-        c.direct = true;
-      }
-    }
-    c.tiles = c.walk ? CeilDiv(D, c.channels_per_tile) : B * D * c.nchunks;
-  }
-  if (bwd && !c.direct) c.floats = D * B * c.nchunks * (W + 1);
-  return c;
-}
-
-// Channel-last fast path: time chunks per row.
-int64_t ClChunks(const Conv1dProblem& p, int64_t L) {
-  const bool bwd = p.op == KernelOp::kBackward;
-  const int64_t steps = bwd ? kClStepsBwd : ClStepsFwd(ElemBytes(p.x_type));
-  return CeilDiv(L, kClRows * steps);
-}
-
-// The channels a walked backward tile may take in this launch: the largest
-// power of two that leaves at least kBwdWalkTiles tiles over the channels
-// of every segment the walk would take (alignment aside). Like the
-// short-row step count, it changes no result (each channel's dweight is
-// summed by one team either way), so it may depend on the whole launch.
-int64_t WalkGroup(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n) {
-  const int64_t esize = ElemBytes(p.x_type);
-  if (p.op != KernelOp::kBackward || esize != 2 || ChoosePath(p) != kPathFastChannelFirst) return 1;
-  const int64_t ne = 16 / esize;
-  int64_t walked = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    const int64_t L = segs[i].seqlen;
-    const bool shifted = CfShiftedShape(p, L);
-    if (!shifted && !CfVecShape(p, L)) continue;  // scalar rows
-    // As the first pass lays the segment out (shifted rows on the grid).
-    if (CfSegmentLayout(p, segs[i].batch, shifted ? L + ne - 1 : L, true, 1, shifted).walk) walked += p.dim;
-  }
-  int64_t g = 1;
-  while (walked / (g * 2) >= kBwdWalkTiles) g *= 2;
-  return g;
-}
 
 }  // namespace
 
@@ -251,8 +107,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
   const int64_t W = p.width;
   int64_t tiles = 0, floats = 0;
   // Tile ranges by kind: 0 long (scalar), 1 short-row vector, 2 long-row
-  // vector, 3 16-bit long rows walked by channel (see
-  // Conv1dPlanInfo).
+  // vector, 3 16-bit long rows walked (see Conv1dPlanInfo).
   int64_t lo[4] = {-1, -1, -1, -1}, hi[4] = {0, 0, 0, 0};
   bool reduce = false;
   int64_t max_partials = 0;  // per (segment, channel), over the partial writers
@@ -306,7 +161,7 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     s.nchunks = 1;
     s.rows_per_tile = 1;
     s.channels_per_tile = 1;
-    bool walk = false;  // backward: a tile walks the B rows of its channels
+    bool walk = false;  // 16-bit rows walked (CfLayout::walk)
     if (path == kPathFastChannelFirst) {
       const bool aligned = Aligned(s.in(Role::kX), 16) &&
                            (bwd ? Aligned(s.in(Role::kDout), 16) && Aligned(s.out(Role::kDx), 16)
@@ -325,8 +180,10 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       s.channels_per_tile = c.channels_per_tile;
       walk = c.walk;
       tiles += c.tiles;
-      if (c.direct) {
-        s.ws_partial_offset = c.walk ? kWsWalked : kWsDirect;
+      if (c.walk) {
+        s.ws_partial_offset = kWsWalked;
+      } else if (c.direct) {
+        s.ws_partial_offset = kWsDirect;
       } else if (bwd) {
         floats += c.floats;
         reduce = true;

@@ -68,6 +68,24 @@ struct FwdStreamTraits {
   static_assert(kPrefetch >= 1 && kPrefetch <= 11, "ring of 1..6 KiB per team");
 };
 
+// Forward of 16-bit rows of at most kRowSteps steps on the vector grid
+// (single chunks), when a launch has many (fwd_cf_walk_kernel): a team
+// walks channels_per_tile consecutive
+// rows of a segment (a power of two of at least 2, their steps together at
+// most kTileSteps), the ring running on from row to row and the next row's
+// weights loaded while a row runs, while the launch keeps at least kTiles
+// walked tiles (as BwdWalkTraits; kTiles = 0 turns the walk off). The
+// ring and teams are the stream forward's.
+template <int W>
+struct FwdWalkTraits {
+  static constexpr int kRowSteps = 4;
+  static constexpr int kTileSteps = 32;
+  static constexpr int64_t kTiles = 4096;
+  static constexpr int kTeams = FwdStreamTraits<W>::kTeams;
+  static constexpr int kPrefetch = FwdStreamTraits<W>::kPrefetch;
+  static constexpr int kMinBlocks = W <= 3 ? 6 : 4;
+};
+
 // Forward short rows (fwd_cf_short_kernel): the same walk over the rows of
 // a tile, x only (ring slots of 512 B per team, 8 steps ahead: 6 gave a
 // point less on 64 x 1x2048x128 bf16 on H200), tiles of at most kSteps
@@ -236,6 +254,10 @@ inline constexpr int kBwdStreamPrefetch = BwdStreamTraits::kPrefetch;
 inline constexpr int kFwdStreamTeams = FwdStreamTraits<4>::kTeams;
 inline constexpr int kFwdStreamSteps = FwdStreamTraits<4>::kSteps;
 inline constexpr int kFwdStreamPrefetch = FwdStreamTraits<4>::kPrefetch;
+inline constexpr int kFwdWalkRowSteps = FwdWalkTraits<4>::kRowSteps;
+inline constexpr int kFwdWalkTileSteps = FwdWalkTraits<4>::kTileSteps;
+inline constexpr int64_t kFwdWalkTiles = FwdWalkTraits<4>::kTiles;
+inline constexpr int kFwdWalkTeams = FwdWalkTraits<4>::kTeams;
 inline constexpr int kBwdWalkSteps = BwdWalkTraits::kSteps;
 inline constexpr int kBwdWalkTeams = BwdWalkTraits::kTeams;
 inline constexpr int64_t kBwdWalkTiles = BwdWalkTraits::kTiles;

@@ -81,13 +81,15 @@ struct Conv1dSegment {
   int64_t tile_begin = 0;         // first work tile of this segment
   int64_t ws_partial_offset = 0;  // float index of its dweight partials;
                                   // negative: the main kernel stores
-                                  // dweight itself (kWsDirect, or
+                                  // dweight itself (kWsDirect), or
                                   // kWsWalked for 16-bit rows walked
-                                  // by channel)
+                                  // (backward by channel, forward by
+                                  // row; own kernels)
   int32_t source_index = 0;       // the segment's index in the table as
                                   // the caller gave it (Conv1dPlan
                                   // orders the table by kernel family)
-  int32_t channels_per_tile = 1;  // walked rows (kWsWalked): channels one
+  int32_t channels_per_tile = 1;  // walked rows (kWsWalked): channels
+                                  // (backward) or rows (forward) one
                                   // tile walks, one after the other
   int64_t ws_grad_offset = 0;     // float index of its g buffer (general path)
   int64_t nchunks = 0;            // chunks per row (layout-specific)
@@ -109,7 +111,8 @@ static_assert(sizeof(Conv1dSegment) == 8 * kNumRoles + 80, "the segment table's 
 // the short-row and stream kernels store a channel's dweight/dbias
 // themselves when a tile holds all of it (kWsDirect: short rows of B == 1,
 // long rows of B == 1 in one chunk), the walk kernel for the channels it
-// walks (kWsWalked; see Conv1dPlanInfo).
+// walks (kWsWalked, which also marks the forward's walked rows; see
+// Conv1dPlanInfo).
 inline constexpr int64_t kWsWalked = -1;
 inline constexpr int64_t kWsDirect = -2;
 
@@ -145,9 +148,10 @@ struct Conv1dPlanInfo {
   // Channel-first fast path: every tile of a short-row vector segment
   // (rows_per_tile > 1, own backward kernel) lies in [short_tile_begin,
   // short_tile_end); every tile of a long-row vector segment (own
-  // kernels) in [stream_tile_begin, stream_tile_end), except in the
-  // backward the 16-bit ones walked by channel (ws_partial_offset
-  // == kWsWalked, own kernel) in [walk_tile_begin, walk_tile_end); every
+  // kernels) in [stream_tile_begin, stream_tile_end), except the 16-bit
+  // ones walked (ws_partial_offset == kWsWalked, own kernels: the
+  // backward's by channel, the forward's by row) in [walk_tile_begin,
+  // walk_tile_end); every
   // other tile in [long_tile_begin, long_tile_end). Update: tiles of
   // vector-path segments (vec) in the stream range, the others in the long
   // range. An empty range (begin == end) launches nothing. Other paths: all

@@ -162,7 +162,9 @@ __device__ __forceinline__ void fwd_cf_stream_team(const KParams& p, const Conv1
 }
 
 // is_stream_tile for the stream kernel's tile check, which a team runs
-// before anything else: see seg_lines_together.
+// before anything else: see seg_lines_together. Walked rows (kWsWalked)
+// are stream tiles too, but the planner's order keeps them out of this
+// kernel's range.
 template <class T>
 __device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
   return is_stream_tile(seg) & seg_lines_together(seg);

@@ -39,6 +39,8 @@ hipError_t LaunchFwdCfShort(const KParams& k, hipStream_t s);   // fwd_cf_short.
 template <class T>
 hipError_t LaunchFwdCfStream(const KParams& k, hipStream_t s);  // fwd_cf_stream.hip
 template <class T>
+hipError_t LaunchFwdCfWalk(const KParams& k, hipStream_t s);    // fwd_cf_walk.hip (16-bit)
+template <class T>
 hipError_t LaunchFwdCl(const KParams& k, hipStream_t s);        // fwd_cl.hip
 
 }  // namespace conv1d::kernels::dev

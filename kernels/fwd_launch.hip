@@ -10,11 +10,11 @@ namespace {
 
 using namespace dev;
 
-// Three kernels, each over its tile range (plan ranges may interleave;
-// each kernel skips the tiles of the others): fwd_cf_short_kernel over the
-// short range, fwd_cf_stream_kernel over the stream range,
-// fwd_cf_kernel over the long range (fp32: from tile 0, which keeps its
-// block loop as it was).
+// Up to four kernels, each over its tile range (each kernel skips the
+// tiles of the others): fwd_cf_short_kernel over the short range,
+// fwd_cf_stream_kernel over the stream range, in 16-bit types
+// fwd_cf_walk_kernel over the walk range, fwd_cf_kernel over the long
+// range (fp32: from tile 0, which keeps its block loop as it was).
 template <class T>
 hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
   if (!detail::FastWidth(k0.width)) return hipErrorInvalidValue;
@@ -38,6 +38,10 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
   e = range(plan.stream_tile_begin, plan.stream_tile_begin, plan.stream_tile_end,
             &LaunchFwdCfStream<T>);
   if (e != hipSuccess) return e;
+  if constexpr (k16) {
+    e = range(plan.walk_tile_begin, plan.walk_tile_begin, plan.walk_tile_end, &LaunchFwdCfWalk<T>);
+    if (e != hipSuccess) return e;
+  }
   return hipGetLastError();
 }
 
