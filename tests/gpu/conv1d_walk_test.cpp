@@ -46,13 +46,19 @@ struct FeatureCase {
   uint32_t bits;
 };
 
-// Each walked segment's tiles cover its channels in groups of
-// channels_per_tile (a power of two; a channel's rows hold at most one
-// walk's steps, a group of several at most a tile's); every other segment
-// has one channel per tile. Returns the
-// largest group seen.
+// The forward's walk: rows of at most kFwdRowSteps steps.
+constexpr int64_t kFwdRowSteps = 4;
+
+// Each walked segment's tiles cover, in groups of channels_per_tile (a
+// power of two), its channels (backward: a channel's rows hold at most one
+// walk's steps, a group of several at most a tile's) or its B * D rows
+// (forward: groups of at least 2, rows of one chunk of at most
+// kFwdRowSteps steps, at most kTileSteps together); the walk range holds
+// them; every other segment has one channel (row) per tile. Returns the
+// largest group seen (0: none walked).
 int64_t CheckGroups(const Conv1dProblem& p, const std::vector<Conv1dSegment>& table,
                     const kernels::Conv1dPlanInfo& plan) {
+  const bool fwd = p.op == KernelOp::kForward;
   const int64_t ne = p.x_type == ScalarType::kF32 ? 4 : 8;
   int64_t largest = 0;
   for (size_t j = 0; j < table.size(); ++j) {
@@ -67,12 +73,20 @@ int64_t CheckGroups(const Conv1dProblem& p, const std::vector<Conv1dSegment>& ta
     // Shifted rows: up to ne - 1 more grid elements than L.
     const int64_t grid = s.vec == kernels::kVecShifted ? s.seqlen + ne - 1 : s.seqlen;
     const int64_t steps = ((grid + ne - 1) / ne + 31) / 32;
-    EXPECT_TRUE(g >= 1 && (g & (g - 1)) == 0) << what << " channels_per_tile " << g;
-    EXPECT_LE(s.batch * steps, kWalkSteps) << what;
-    if (g > 1) {
-      EXPECT_LE(g * s.batch * steps, kTileSteps) << what;
+    EXPECT_TRUE(g >= (fwd ? 2 : 1) && (g & (g - 1)) == 0) << what << " channels_per_tile " << g;
+    EXPECT_EQ(s.nchunks, 1) << what;
+    EXPECT_TRUE(s.tile_begin >= plan.walk_tile_begin && next <= plan.walk_tile_end) << what;
+    if (fwd) {
+      EXPECT_LE(steps, kFwdRowSteps) << what;
+      EXPECT_LE(g * steps, kTileSteps) << what;
+      EXPECT_EQ(next - s.tile_begin, (s.batch * p.dim + g - 1) / g) << what;
+    } else {
+      EXPECT_LE(s.batch * steps, kWalkSteps) << what;
+      if (g > 1) {
+        EXPECT_LE(g * s.batch * steps, kTileSteps) << what;
+      }
+      EXPECT_EQ(next - s.tile_begin, (p.dim + g - 1) / g) << what;
     }
-    EXPECT_EQ(next - s.tile_begin, (p.dim + g - 1) / g) << what;
     largest = std::max(largest, g);
   }
   return largest;
@@ -111,46 +125,12 @@ TEST(Conv1dWalk, GroupedChannelsMatchTheReferenceAndSeparateLaunches) {
   }
 }
 
-// The forward's walk: at most kTileSteps steps per tile, rows of at most
-// kFwdRowSteps steps.
-constexpr int64_t kFwdRowSteps = 4;
-
 // {B, L} for the forward: rows of 1 to 4 steps, whole vectors and shifted
 // (37: one step on the grid; 1001: four), and rows the walk does not take:
 // longer rows (4089: 16 steps; 4090 and 8192, two chunks) and short rows.
 const std::vector<std::array<int64_t, 2>> kFwdShapes = {
     {1, 264}, {2, 37}, {1, 1001}, {1, 520}, {3, 250}, {1, 4090},
     {2, 777}, {1, 4089}, {1, 1024}, {1, 8192}, {2, 128}, {1, 40}};
-
-// Each walked forward segment's tiles cover its B * D rows in groups of
-// channels_per_tile (a power of two of at least 2, at most kTileSteps
-// steps together, each row of at most kFwdRowSteps); every other segment has one
-// row per tile. Returns the largest group seen (0: none walked).
-int64_t CheckFwdGroups(const Conv1dProblem& p, const std::vector<Conv1dSegment>& table,
-                       const kernels::Conv1dPlanInfo& plan) {
-  const int64_t ne = p.x_type == ScalarType::kF32 ? 4 : 8;
-  int64_t largest = 0;
-  for (size_t j = 0; j < table.size(); ++j) {
-    const Conv1dSegment& s = table[j];
-    const int64_t next = j + 1 < table.size() ? table[j + 1].tile_begin : plan.total_tiles;
-    const std::string what = "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.seqlen);
-    const int64_t g = s.channels_per_tile;
-    if (s.ws_partial_offset != kernels::kWsWalked) {
-      EXPECT_EQ(g, 1) << what;
-      continue;
-    }
-    const int64_t grid = s.vec == kernels::kVecShifted ? s.seqlen + ne - 1 : s.seqlen;
-    const int64_t steps = ((grid + ne - 1) / ne + 31) / 32;
-    EXPECT_TRUE(g >= 2 && (g & (g - 1)) == 0) << what << " channels_per_tile " << g;
-    EXPECT_LE(steps, kFwdRowSteps) << what;
-    EXPECT_EQ(s.nchunks, 1) << what;
-    EXPECT_LE(g * steps, kTileSteps) << what;
-    EXPECT_EQ(next - s.tile_begin, (s.batch * p.dim + g - 1) / g) << what;
-    EXPECT_TRUE(next <= plan.walk_tile_end && s.tile_begin >= plan.walk_tile_begin) << what;
-    largest = std::max(largest, g);
-  }
-  return largest;
-}
 
 TEST(Conv1dWalk, ForwardRowsOfOneChunkAreGroupedWhenALaunchHasMany) {
   for (const Pair& pr : {kPairs[2], kPairs[1], kPairs[0]}) {
@@ -159,12 +139,12 @@ TEST(Conv1dWalk, ForwardRowsOfOneChunkAreGroupedWhenALaunchHasMany) {
     const Conv1dProblem p = MakeProblem(KernelOp::kForward, pr, KernelLayout::kChannelFirst, 4099, 4, 0x3);
     std::vector<Conv1dSegment> table;
     const kernels::Conv1dPlanInfo plan = PlanShapes(p, kFwdShapes, &table);
-    const int64_t largest = CheckFwdGroups(p, table, plan);
+    const int64_t largest = CheckGroups(p, table, plan);
     EXPECT_EQ(largest >= 4, walks) << "largest channels_per_tile " << largest;
     EXPECT_EQ(plan.walk_tile_end > plan.walk_tile_begin, walks);
     // Few rows in all: none walked, the stream kernel's tiles as before.
     const Conv1dProblem few = MakeProblem(KernelOp::kForward, pr, KernelLayout::kChannelFirst, 64, 4, 0x3);
-    EXPECT_EQ(CheckFwdGroups(few, table, PlanShapes(few, kFwdShapes, &table)), 0);
+    EXPECT_EQ(CheckGroups(few, table, PlanShapes(few, kFwdShapes, &table)), 0);
   }
 }
 
@@ -179,7 +159,7 @@ TEST(Conv1dWalk, ForwardGroupedRowsMatchTheReferenceAndSeparateLaunches) {
   for (const FeatureCase& c : cases) {
     const Conv1dProblem p = MakeProblem(KernelOp::kForward, c.pr, KernelLayout::kChannelFirst, 4099, c.W, c.bits);
     std::vector<Conv1dSegment> table;
-    ASSERT_GE(CheckFwdGroups(p, table, PlanShapes(p, kFwdShapes, &table)), 2) << "the launch walks no rows";
+    ASSERT_GE(CheckGroups(p, table, PlanShapes(p, kFwdShapes, &table)), 2) << "the launch walks no rows";
     ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, MakeSegments(p, kFwdShapes, rng), {0, 1, 2, 7}));
   }
 }
