@@ -59,7 +59,6 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
     // group of a row sums its whole dweight and stores it (no partials).
     c.direct = bwd && vec && B == 1;
   } else {
-    int64_t walk_rows = 0;  // rows a walked tile's group counts: a channel's B, or 1
     if (vec) {
       // fwd_cf_stream_kernel, bwd_cf_stream_kernel: chunks of at most
       // k*StreamSteps steps, the row's steps spread evenly over them. In
@@ -80,23 +79,22 @@ CfLayout CfSegmentLayout(const Conv1dProblem& p, int64_t B, int64_t L, bool vec,
       if (bwd && single && B * steps <= kBwdWalkSteps) {
         c.walk = true;
         c.direct = true;
-        walk_rows = B;
         int64_t g = walk_group;
         while (g > 1 && g * B * steps > kBwdWalkTileSteps) g /= 2;
         c.channels_per_tile = static_cast<int32_t>(g);
-      } else if (!bwd && single && steps <= kFwdWalkRowSteps && kFwdWalkTiles > 0) {
+      } else if (!bwd && single && steps <= kFwdWalkRowSteps) {
         int64_t g = walk_group;
         while (g > 1 && g * steps > kFwdWalkTileSteps) g /= 2;
         c.walk = g > 1;
         c.channels_per_tile = static_cast<int32_t>(g);
-        walk_rows = 1;
       } else if (bwd && c.nchunks == 1 && B == 1) {
         // A tile holds the channel's whole dweight: stored by the stream
         // kernel itself (kWsDirect), no partials.
         c.direct = true;
       }
     }
-    c.tiles = c.walk ? CeilDiv(walk_rows == 1 ? B * D : D, c.channels_per_tile) : B * D * c.nchunks;
+    // A walked tile takes channels (backward) or rows (forward).
+    c.tiles = c.walk ? CeilDiv(bwd ? D : B * D, c.channels_per_tile) : B * D * c.nchunks;
   }
   if (bwd && !c.direct) c.floats = D * B * c.nchunks * (W + 1);
   return c;
