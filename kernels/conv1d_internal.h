@@ -91,16 +91,18 @@ struct FwdWalkTraits {
 // point less on 64 x 1x2048x128 bf16 on H200), tiles of at most kSteps
 // steps and kTeam rows, fewer when the launch would make fewer than kTiles
 // tiles (16 steps: a tile's start, a quarter of its instructions at 8 on
-// 64 x 1x2048x128, is paid half as often; 32 lost 6 points in fp32). Past
-// W = 3 the halo and the row weights need more than 64 registers, past
-// W = 6 more than 80.
+// 64 x 1x2048x128, is paid half as often; 32 lost 6 points in fp32). Up
+// to W = 4 the kernel fits 64 registers (4 blocks of 8 teams per SM: 64 x
+// 1x2048x128 bf16 76.0 -> 79.1 % of a copy, fp32 84.9 -> 86.5, H200,
+// 2026-12-02; its 4096 tiles then run in one wave); past W = 4 the halo
+// and the row weights need more than 64, past W = 6 more than 80.
 template <int W>
 struct FwdShortTraits {
   // Teams per block; kMinBlocks counts blocks of kTeams teams (the same
   // threads per SM as 4 / 3 / 2 blocks of 8 teams). 4 and 2 teams: -1.3
   // points on 64 x 1x2048x128 bf16, the same elsewhere (H200, 2026-11-29).
   static constexpr int kTeams = 8;
-  static constexpr int kMinBlocks = (W <= 3 ? 4 : W <= 6 ? 3 : 2) * 8 / kTeams;
+  static constexpr int kMinBlocks = (W <= 4 ? 4 : W <= 6 ? 3 : 2) * 8 / kTeams;
   static constexpr int kPrefetch = 8;
   static constexpr int kSteps = 16;
   static constexpr int64_t kTiles = 4096;

@@ -37,6 +37,9 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   constexpr int kSlots = kP + 1;
   static_assert(N > kH, "a lane's tail must hold the whole halo");
   const int64_t L = seg.seqlen;
+  // A short row has at most lanes_per_row vectors (L <= kTeam * N): lane
+  // positions and a step's span are 32-bit values.
+  const int L32 = static_cast<int>(L);
   const int64_t nrows = seg.batch * p.dim;
   const int lpr = seg.lanes_per_row;  // a power of two (the planner's ShortLanes)
   const int lsh = __ffs(lpr) - 1;     // log2(lpr): shifts, not divisions
@@ -50,12 +53,12 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
   const int sub = lane >> lsh;  // row of the step
   const int pos = (lane & (lpr - 1)) * N;
   const bool first = pos == 0;
-  const bool inrow = pos < L;
+  const bool inrow = pos < L32;
   const int src_prev = (lane + kTeam - 1) & (kTeam - 1);
   const int64_t lane_off = (row_begin + sub) * L + pos;
-  const int64_t step_off = static_cast<int64_t>(rps) * L;
+  const int step_off = rps * L32;  // at most kTeam * N elements
   const S* xp = static_cast<const S*>(seg.in(Role::kX)) + lane_off;
-  S* yp = static_cast<S*>(seg.out(Role::kY)) + lane_off;
+  S* yp = static_cast<S*>(seg.out(Role::kY)) + lane_off;  // step st's output, advanced per step
 
   // Step ni's vector into slot `slot` (nothing past the tile's steps, an
   // empty group); one group per call. xi and ri follow ni, so that a call
@@ -122,7 +125,7 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
     {
       S xs[N];
       __builtin_memcpy(xs, &xb, 16);
-      if (p.ret_final && pos + N == L && rs < nrt) {  // the row's last vector
+      if (p.ret_final && pos + N == L32 && rs < nrt) {  // the row's last vector
 #pragma unroll
         for (int i = 0; i < kH; ++i) sst[rs * kH + i] = xs[N - kH + i];
       }
@@ -143,7 +146,8 @@ __device__ __forceinline__ void fwd_cf_rows_team(const KParams& p, const Conv1dS
     for (int e = 0; e < N; ++e) {
       out[e] = act_fwd(preact(w, bias, xf, e), p.silu);
     }
-    if (inrow && rs < nrt) store_f<T, N>(yp + st * step_off, out);
+    if (inrow && rs < nrt) store_f<T, N>(yp, out);
+    yp += step_off;
   }
   copy_async_wait<0>();  // the ring is free for the team's next tile
   if (p.ret_final) {
