@@ -61,7 +61,7 @@ struct FwdCfTraits {
 // it. At 64 registers the 16-bit W = 4 spills 48-64 bytes (4x2048x2048 and
 // 8x4096x4096 bf16 forward 2.7 and 5.5 points lower, H200, 2026-12-02); fp32
 // at W = 4 fits (4x2048x2048 fp32 forward 90.4 -> 91.9 % of a copy).
-template <int W, int kElemBytes>
+template <int kElemBytes, int W>
 struct FwdStreamTraits {
   static constexpr int kSteps = 16;
   static constexpr int kPrefetch = 6;
@@ -83,8 +83,8 @@ struct FwdWalkTraits {
   static constexpr int kRowSteps = 4;
   static constexpr int kTileSteps = 32;
   static constexpr int64_t kTiles = 4096;
-  static constexpr int kTeams = FwdStreamTraits<W, 2>::kTeams;
-  static constexpr int kPrefetch = FwdStreamTraits<W, 2>::kPrefetch;
+  static constexpr int kTeams = FwdStreamTraits<2, W>::kTeams;
+  static constexpr int kPrefetch = FwdStreamTraits<2, W>::kPrefetch;
   static constexpr int kMinBlocks = W <= 3 ? 6 : 4;
 };
 

@@ -173,7 +173,7 @@ __device__ __forceinline__ bool stream_tile_head(const Conv1dSegment& seg) {
 
 template <class T, int W>
 __global__ void __launch_bounds__(kTeam * detail::kFwdStreamTeams,
-                                  (detail::FwdStreamTraits<W, sizeof(typename T::S)>::kMinBlocks))
+                                  (detail::FwdStreamTraits<sizeof(typename T::S), W>::kMinBlocks))
     fwd_cf_stream_kernel(KParams p) {
   gpu_allow_dependents();  // the next launch may take the SMs this one frees
   constexpr int kTeams = detail::kFwdStreamTeams;
