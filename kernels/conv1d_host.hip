@@ -132,6 +132,9 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
     }
   }
   const int64_t walk_group = WalkGroup(p, segs, n);
+  const int64_t cl_steps = path != kPathFastChannelLast ? 0
+                           : bwd                        ? kClStepsBwd
+                                                        : ClFwdSteps(p, segs, n, FwdClResidentBlocks(p));
   // First pass, in the caller's order: each segment's path, tiles,
   // workspace floats and kernel family (kind), the last three in per-thread
   // scratch indexed by the caller's order (source_index), which keeps its
@@ -197,7 +200,8 @@ hipError_t Conv1dPlan(const Conv1dProblem& p, Conv1dSegment* segs, int32_t n, Co
       const int64_t nD = vec ? D / kN : D;
       const int64_t ndb = CeilDiv(nD, kClCols);
       s.vec = vec;
-      s.nchunks = ClChunks(p, L);
+      s.per_lane = static_cast<int32_t>(cl_steps);
+      s.nchunks = ClChunks(p, L, cl_steps);
       tiles += B * s.nchunks * ndb;
       if (bwd) floats += D * B * s.nchunks * (W + 1);
       if (bwd) max_partials = std::max(max_partials, B * s.nchunks);

@@ -202,7 +202,10 @@ inline constexpr int kClRows = 8;
 // the fewer blocks). fp32 took 8 steps with all of a thread's loads in
 // registers before (116-148 registers, 2 blocks/SM: 80 % of a copy on
 // 4x2048x2048, 32 % at W = 8; the ring: 88 % and 85 %). The scalar path
-// walks the same 32 steps in register windows of 8. kVec 4: 8- or 16-byte
+// walks the same 32 steps in register windows of 8. kSteps is the default:
+// in 16-bit types the planner lengthens a launch's steps up to twice that
+// when it evens out the last wave (ClFwdSteps: 4x2048x2048 bf16, 512 tiles
+// in 1.3 waves of the H200's 396 resident blocks, become 384 in one). kVec 4: 8- or 16-byte
 // vectors. Wider filters hold longer windows: one block fewer per SM past
 // W = 6.
 template <int kElemBytes, int W = 4>
@@ -352,6 +355,11 @@ int32_t LaunchFwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan
                               const Conv1dSegment* segs, void* ws, Stream s);
 int32_t LaunchFwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
                              const Conv1dSegment* segs, void* ws, Stream s);
+// Blocks of the channel-last forward kernel of p's type and width that the
+// current device holds at once (multiprocessors times blocks per
+// multiprocessor), or 0 when the runtime cannot say. Cached per thread,
+// device, type and width.
+int64_t FwdClResidentBlocks(const Conv1dProblem& p);
 int32_t LaunchBwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
                               const Conv1dSegment* segs, void* ws, Stream s);
 int32_t LaunchBwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,

@@ -5,7 +5,10 @@
 //      hipErrorInvalidValue (argument check, no device work);
 //   2. Conv1dPlan(problem, segments, n, &plan)   -> fills the scheduling
 //      fields of the *host* segment table and the plan (tile count,
-//      workspace_bytes); pure host code, deterministic, device-independent;
+//      workspace_bytes); host code, deterministic for a given device kind
+//      (the channel-last forward sizes its tiles to the current device's
+//      resident blocks, a query cached per thread; results do not depend
+//      on it);
 //   3. copy the planned table to device memory (the server packs it with the
 //      inputs into one H2D copy);
 //   4. Conv1dRun(problem, plan, device_segments, workspace, stream)

@@ -96,7 +96,9 @@ struct Conv1dSegment {
   int32_t vec = 0;                // 1: 16-byte vector path is legal;
                                   // kVecShifted: long rows of any
                                   // length on the vector grid
-  int32_t per_lane = 0;           // vectors per lane (channel-first fast path)
+  int32_t per_lane = 0;           // vectors per lane (channel-first fast
+                                  // path); channel-last: steps a thread
+                                  // walks
   int32_t rows_per_tile = 1;      // short rows: one tile covers several rows
   int32_t lanes_per_row = 32;     // short rows: lanes of a team per row
 };

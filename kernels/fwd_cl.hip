@@ -13,15 +13,24 @@ using detail::kTeam;
 using detail::kTeamsPerBlock;
 using detail::WidthSwitch;
 
+// Steps a thread walks: the planner's (ClFwdSteps, in seg.per_lane) in
+// 16-bit types; fp32 always takes the default, as a constant (the planned
+// count cost the fp32 kernel a point of a copy on 4x2048x2048, H200).
+template <class S>
+__device__ __forceinline__ int ClFwdThreadSteps(const Conv1dSegment& seg) {
+  if constexpr (sizeof(S) == 4) return detail::ClStepsFwd(4);
+  else return seg.per_lane;
+}
+
 // Channel-last scalar path: thread (tx, ty) of tile (b, time block, channel
-// block) owns channel d0 and time steps t0 .. t0+kSteps-1, in sub-chunks of
-// kSub steps.
+// block) owns channel d0 and time steps t0 .. t0+steps-1
+// (ClFwdThreadSteps), in sub-chunks of kSub steps.
 template <class T, int W, int kSub>
 __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegment& seg,
                                               int64_t local, int tx, int ty) {
   using S = typename T::S;
   constexpr int N = 1;  // channels per thread
-  constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
+  const int64_t steps = ClFwdThreadSteps<S>(seg);
   const int64_t D = p.dim;
   const int64_t L = seg.seqlen;
   const int64_t nD = D / N;
@@ -32,7 +41,7 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
   const int64_t tb = rest % ntb;
   const int64_t b = rest / ntb;
   const int64_t dv = db * kClCols + tx;
-  const int64_t t0 = (tb * kClRows + ty) * kSteps;
+  const int64_t t0 = (tb * kClRows + ty) * steps;
   if (dv >= nD || t0 >= L) return;
   const int64_t d0 = dv * N;
   const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
@@ -98,7 +107,7 @@ __device__ __forceinline__ void fwd_cl_thread(const KParams& p, const Conv1dSegm
     }
   };
 #pragma unroll 1
-  for (int64_t ts = t0; ts < t0 + kSteps && ts < L; ts += kSub) sub(ts);
+  for (int64_t ts = t0; ts < t0 + steps && ts < L; ts += kSub) sub(ts);
 }
 
 // Channel-last, vector path (16-bit: 8-byte vectors, fp32: 16-byte): the
@@ -110,7 +119,7 @@ template <class T, int N, int W, bool kSilu>
 __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegment& seg,
                                             int64_t local, int tx, int ty, void* ring_mem) {
   using S = typename T::S;
-  constexpr int kSteps = detail::ClStepsFwd(sizeof(S));
+  const int steps = ClFwdThreadSteps<S>(seg);
   constexpr int kP = detail::kClFwdPrefetch;
   constexpr int kSlots = kP + 1;
   constexpr int kVB = N * static_cast<int>(sizeof(S));
@@ -129,13 +138,13 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
   const int64_t tb = rest % ntb;
   const int64_t b = rest / ntb;
   const int64_t dv = db * kClCols + tx;
-  const int64_t t0 = (tb * kClRows + ty) * kSteps;
+  const int64_t t0 = (tb * kClRows + ty) * static_cast<int64_t>(steps);
   if (dv >= nD || t0 >= L) return;
   const int64_t d0 = dv * N;
   const S* xb = static_cast<const S*>(seg.in(Role::kX)) + b * L * D + d0;
   S* yt = static_cast<S*>(seg.out(Role::kY)) + b * L * D + d0 + t0 * D;
   const int64_t left = L - t0;
-  const int nsteps = left >= kSteps ? kSteps : static_cast<int>(left);
+  const int nsteps = left >= steps ? steps : static_cast<int>(left);
   const S* xi = xb + t0 * D;
   int ni = 0;
   auto issue = [&](int slot) {
@@ -173,7 +182,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
     bias[e] = p.has_bias ? load_any(seg.in(Role::kBias), d0 + e, p.wtype) : 0.0f;
   }
   // Only the chunk holding t = L-1 writes final states.
-  const bool fin_here = p.ret_final && L - t0 <= kSteps;
+  const bool fin_here = p.ret_final && L - t0 <= steps;
   int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
   auto step = [&]() {
     copy_async_wait<kP - 1>();  // this step's group has landed
@@ -260,6 +269,22 @@ hipError_t LaunchFwdCl(const KParams& k, hipStream_t s) {
   });
   return launched ? hipGetLastError() : hipErrorInvalidValue;
 }
+
+template <class T>
+int FwdClBlocksPerSm(int width) {
+  int n = 0;
+  WidthSwitch(width, [&](auto w) {
+    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_cl_kernel<T, decltype(w)::value>, kClCols * kClRows, 0) !=
+        hipSuccess) {
+      n = 0;
+    }
+  });
+  return n;
+}
+
+template int FwdClBlocksPerSm<F32>(int);
+template int FwdClBlocksPerSm<F16>(int);
+template int FwdClBlocksPerSm<BF16>(int);
 
 template hipError_t LaunchFwdCl<F32>(const KParams&, hipStream_t);
 template hipError_t LaunchFwdCl<F16>(const KParams&, hipStream_t);

@@ -42,6 +42,8 @@ template <class T>
 hipError_t LaunchFwdCfWalk(const KParams& k, hipStream_t s);    // fwd_cf_walk.hip (16-bit)
 template <class T>
 hipError_t LaunchFwdCl(const KParams& k, hipStream_t s);        // fwd_cl.hip
+template <class T>
+int FwdClBlocksPerSm(int width);  // fwd_cl.hip: 0 when unknown
 
 }  // namespace conv1d::kernels::dev
 
