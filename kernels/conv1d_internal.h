@@ -204,16 +204,19 @@ inline constexpr int kClRows = 8;
 // 4x2048x2048, 32 % at W = 8; the ring: 88 % and 85 %). The scalar path
 // walks the same 32 steps in register windows of 8. kSteps is the default:
 // in 16-bit types the planner lengthens a launch's steps up to twice that
-// when it evens out the last wave (ClFwdSteps: 4x2048x2048 bf16, 512 tiles
-// in 1.3 waves of the H200's 396 resident blocks, become 384 in one). kVec 4: 8- or 16-byte
-// vectors. Wider filters hold longer windows: one block fewer per SM past
-// W = 6.
+// when it evens out the last wave (ClFwdSteps: 4x2048x2048 bf16, 512
+// tiles in 1.3 waves of the H200's 396 resident blocks, become 384 in
+// one). 16-bit rings 16 steps deep (34 KiB per block; 4x2048x2048 bf16 on
+// H200: 82.3 % of a copy at 8, 83.6 at 12, 84.3 at 16; 22 lost 2.7); fp32
+// 8 (11: -0.8 at W = 4, +1.3 at W = 8). kVec 4: 8- or 16-byte vectors (16
+// bytes of 16-bit types, 8 channels at 2 blocks/SM: 73.9 against 82.0).
+// Wider filters hold longer windows: one block fewer per SM past W = 6.
 template <int kElemBytes, int W = 4>
 struct FwdClTraits {
   static constexpr int kSteps = 32;
   static constexpr int kVec = 4;
   static constexpr int kMinBlocks = 3 - (W <= 6 ? 0 : 1);
-  static constexpr int kPrefetch = 8;
+  static constexpr int kPrefetch = kElemBytes == 2 ? 16 : 8;
   // The ring walk unrolled by W-1 steps (no window moves); at W = 6 that
   // needs more than its 80 registers.
   static constexpr bool kRotate = W != 6;
@@ -287,7 +290,6 @@ inline constexpr int kFwdShortPrefetch = FwdShortTraits<4>::kPrefetch;
 inline constexpr int kFwdShortTeams = FwdShortTraits<4>::kTeams;
 inline constexpr int kFwdShortSteps = FwdShortTraits<4>::kSteps;
 inline constexpr int64_t kFwdShortTiles = FwdShortTraits<4>::kTiles;
-inline constexpr int kClFwdPrefetch = FwdClTraits<2>::kPrefetch;
 constexpr int ClStepsFwd(int elem_bytes) {
   return elem_bytes == 4 ? FwdClTraits<4>::kSteps : FwdClTraits<2>::kSteps;
 }

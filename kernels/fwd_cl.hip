@@ -120,7 +120,7 @@ __device__ __forceinline__ void fwd_cl_ring(const KParams& p, const Conv1dSegmen
                                             int64_t local, int tx, int ty, void* ring_mem) {
   using S = typename T::S;
   const int steps = ClFwdThreadSteps<S>(seg);
-  constexpr int kP = detail::kClFwdPrefetch;
+  constexpr int kP = detail::FwdClTraits<sizeof(S), W>::kPrefetch;
   constexpr int kSlots = kP + 1;
   constexpr int kVB = N * static_cast<int>(sizeof(S));
   static_assert(kVB == 16 || kVB == 8, "8- or 16-byte vectors");
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::FwdClTraits<sizeof
   using S = typename T::S;
   constexpr int N = detail::ClVecFwd(sizeof(S));
   constexpr int kRingBytes =
-      (detail::kClFwdPrefetch + 1) * kClCols * kClRows * N * static_cast<int>(sizeof(S));
+      (detail::FwdClTraits<sizeof(S), W>::kPrefetch + 1) * kClCols * kClRows * N * static_cast<int>(sizeof(S));
   __shared__ uint4 ring[kRingBytes / 16];
   const int tx = threadIdx.x % kClCols;
   const int ty = threadIdx.x / kClCols;
