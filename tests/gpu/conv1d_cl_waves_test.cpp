@@ -20,12 +20,6 @@ namespace {
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-struct FeatureCase {
-  Pair pr;
-  int W;
-  uint32_t bits;
-};
-
 Conv1dSegment Rows(int64_t B, int64_t L) {
   Conv1dSegment s;
   s.batch = B;

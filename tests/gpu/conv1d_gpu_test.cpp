@@ -24,15 +24,6 @@ using kernels::KernelActivation;
 using kernels::KernelLayout;
 using kernels::KernelOp;
 
-// A dtype pair, width and feature bits (MakeProblem) and, for tests that
-// need one, a sequence length.
-struct FeatureCase {
-  Pair pr;
-  int W;
-  uint32_t bits;
-  int64_t L = 0;
-};
-
 void SweepOp(KernelOp op) {
   std::mt19937_64 rng = TestRng();
   const int widths[] = {2, 3, 4, 7, 33};

@@ -39,13 +39,6 @@ const std::vector<std::array<int64_t, 2>> kShapes = {
     {8, 2048}, {1, 1536}, {1, 4104}, {3, 768}, {1, 3072}, {1, 520},
     {1, 1001}, {1, 37}, {2, 777}, {1, 4090}, {1, 250}};
 
-// A dtype pair, width and feature bits (MakeProblem).
-struct FeatureCase {
-  Pair pr;
-  int W;
-  uint32_t bits;
-};
-
 // The forward's walk: rows of at most kFwdRowSteps steps.
 constexpr int64_t kFwdRowSteps = 4;
 

@@ -31,6 +31,15 @@ inline constexpr Pair kPairs[] = {{ScalarType::kF32, ScalarType::kF32},
                                   {ScalarType::kF16, ScalarType::kF32},
                                   {ScalarType::kBF16, ScalarType::kF32}};
 
+// A dtype pair, width and feature bits (MakeProblem) and, for tests that
+// need one, a sequence length.
+struct FeatureCase {
+  Pair pr;
+  int W;
+  uint32_t bits;
+  int64_t L = 0;
+};
+
 // {B, L} of one channel-first row kind each (with 16-byte aligned tensors):
 // short vector rows, short scalar rows, long rows on the stream kernels,
 // rows on the shifted grid, several chunks per row.
