@@ -62,13 +62,13 @@ int64_t ClChunks(const Conv1dProblem& p, int64_t L, int64_t steps = 0);
 
 // Channel-last forward: the steps a thread walks in this launch. The
 // default (ClStepsFwd), or in 16-bit types more where that evens out the
-// last wave: when
-// the launch's tiles take more than one wave of `resident` blocks
-// (FwdClResidentBlocks; 0: unknown, the default), the fewest steps up to
-// twice the default whose tiles fill the whole waves below (4x2048x2048
-// bf16 on 132 multiprocessors of 3 blocks: 512 tiles, 1.3 waves, become
-// 384 in one). It changes no result (each output is computed by one thread either
-// way), so it may depend on the whole launch and the device.
+// last wave: when the launch's tiles take more than one wave of `resident`
+// blocks (FwdClResidentBlocks; 0: unknown, the default), the fewest steps
+// up to twice the default whose tiles fill the whole waves below
+// (4x2048x2048 bf16 on 132 multiprocessors of 3 blocks: 512 tiles, 1.3
+// waves, become 384 in one). It changes no result (each output is computed
+// by one thread either way), so it may depend on the whole launch and the
+// device.
 int64_t ClFwdSteps(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n, int64_t resident);
 
 // The channels (backward) or rows (forward) a walked tile may take in this

@@ -121,8 +121,9 @@ int64_t ClFwdSteps(const Conv1dProblem& p, const Conv1dSegment* segs, int32_t n,
     for (int32_t i = 0; i < n; ++i) t += segs[i].batch * ndb * ClChunks(p, segs[i].seqlen, steps);
     return t;
   };
-  const int64_t waves = tiles(base) / resident;
-  if (waves < 1 || tiles(base) % resident == 0) return base;
+  const int64_t tiles_base = tiles(base);
+  const int64_t waves = tiles_base / resident;
+  if (waves < 1 || tiles_base % resident == 0) return base;
   // tiles() does not grow with the steps: the fewest steps that fit.
   int64_t lo = base + 1, hi = 2 * base;
   if (tiles(hi) > waves * resident) return base;
