@@ -1,8 +1,10 @@
 // Backward, channel-last (bwd_cl_kernel): a block of kClCols x kClRows
 // threads per tile; the vector path streams x and dout through a
 // shared-memory ring (bwd_cl_ring), the scalar path loads groups of steps
-// into registers (bwd_cl_block). dweight/dbias go to partials.
-#include "kernels/bwd_common.h"
+// into registers (bwd_cl_block). dweight/dbias go to partials, which
+// reduce_dw_kernel sums after it, or, when the launch is one wave, the
+// kernel itself after a grid barrier (KParams::fused_reduce).
+#include "kernels/reduce_dw.h"
 
 namespace conv1d::kernels::dev {
 namespace {
@@ -459,6 +461,17 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::BwdClTraits<sizeof
       bwd_cl_block<T, 1, W>(p, seg, tile - seg.tile_begin, tx, ty, red);
     }
   }
+  if (p.fused_reduce != 0) {
+    // Every block is resident (a cooperative launch): after the barrier
+    // every partial is written; the blocks' teams sum them as
+    // reduce_dw_kernel's would, in the same order.
+    static_assert(kClCols * kClRows == kTeam * kTeamsPerBlock, "a block is kTeamsPerBlock teams");
+    gpu_grid_sync();
+    const int64_t team = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + threadIdx.x / kTeam;
+    const int64_t nteams = static_cast<int64_t>(gridDim.x) * kTeamsPerBlock;
+    if (p.fused_reduce == 2) reduce::reduce_dw_teams<true, W + 1>(p, team, nteams);
+    else reduce::reduce_dw_teams<false, W + 1>(p, team, nteams);
+  }
 }
 
 
@@ -467,11 +480,36 @@ __global__ void __launch_bounds__(kClCols * kClRows, (detail::BwdClTraits<sizeof
 template <class T>
 hipError_t LaunchBwdCl(const KParams& k, hipStream_t s) {
   const unsigned grid = GridFor(k.total_tiles);
+  hipError_t e = hipSuccess;
   const bool launched = WidthSwitch(k.width, [&](auto w) {
-    bwd_cl_kernel<T, decltype(w)::value><<<grid, kClCols * kClRows, 0, s>>>(k);
+    if (k.fused_reduce != 0) {
+      KParams arg = k;
+      void* args[] = {&arg};
+      e = hipLaunchCooperativeKernel(reinterpret_cast<const void*>(&bwd_cl_kernel<T, decltype(w)::value>),
+                                     dim3(grid), dim3(kClCols * kClRows), args, 0, s);
+    } else {
+      bwd_cl_kernel<T, decltype(w)::value><<<grid, kClCols * kClRows, 0, s>>>(k);
+      e = hipGetLastError();
+    }
   });
-  return launched ? hipGetLastError() : hipErrorInvalidValue;
+  return launched ? e : hipErrorInvalidValue;
 }
+
+template <class T>
+int BwdClBlocksPerSm(int width) {
+  int n = 0;
+  WidthSwitch(width, [&](auto w) {
+    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, bwd_cl_kernel<T, decltype(w)::value>, kClCols * kClRows, 0) !=
+        hipSuccess) {
+      n = 0;
+    }
+  });
+  return n;
+}
+
+template int BwdClBlocksPerSm<F32>(int);
+template int BwdClBlocksPerSm<F16>(int);
+template int BwdClBlocksPerSm<BF16>(int);
 
 template hipError_t LaunchBwdCl<F32>(const KParams&, hipStream_t);
 template hipError_t LaunchBwdCl<F16>(const KParams&, hipStream_t);

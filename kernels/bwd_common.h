@@ -221,6 +221,8 @@ template <class T>
 hipError_t LaunchBwdCfWalk(const KParams& k, hipStream_t s);    // bwd_cf_walk.hip
 template <class T>
 hipError_t LaunchBwdCl(const KParams& k, hipStream_t s);        // bwd_cl.hip
+template <class T>
+int BwdClBlocksPerSm(int width);  // bwd_cl.hip: 0 when unknown
 // dweight/dbias from the partials of every segment (reduce_dw.hip);
 // max_partials: Conv1dPlanInfo::max_partials.
 hipError_t LaunchReduceDw(const KParams& k, int64_t max_partials, hipStream_t s);

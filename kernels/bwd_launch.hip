@@ -4,8 +4,10 @@
 // first (the 16-bit persistent short-row kernel aside) and the reduction
 // are dependent launches (LaunchKernel in conv1d_device.h): the next one's
 // blocks take the SMs the one before frees in its last wave; the families
-// write disjoint tiles, and the reduction waits for the partials.
-#include "kernels/bwd_common.h"
+// write disjoint tiles, and the reduction waits for the partials. A
+// channel-last launch of one wave (every block resident) is cooperative and
+// sums its own partials after a grid barrier, with no second launch.
+#include "kernels/reduce_dw.h"
 
 namespace conv1d::kernels {
 namespace {
@@ -43,9 +45,17 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
   return LaunchReduceDw(k0, plan.max_partials, s);
 }
 
+// One wave of blocks (every tile's block resident at once) sums its own
+// partials after a grid barrier; more take reduce_dw_kernel after them.
 template <class T>
-hipError_t LaunchCl(const KParams& k, const Conv1dPlanInfo& plan, hipStream_t s) {
-  if (!detail::FastWidth(k.width)) return hipErrorInvalidValue;
+hipError_t LaunchCl(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
+  if (!detail::FastWidth(k0.width)) return hipErrorInvalidValue;
+  KParams k = k0;
+  if (plan.reduce_dw && k.total_tiles <= detail::ResidentBlocks(detail::ResidentKernel::kBwdClCooperative,
+                                                                static_cast<ScalarType>(T::kId), k.width)) {
+    k.fused_reduce = ReduceDwLanes(k, plan.max_partials) ? 2 : 1;
+    return LaunchBwdCl<T>(k, s);
+  }
   const hipError_t e = LaunchBwdCl<T>(k, s);
   if (e != hipSuccess) return e;
   return LaunchReduceDw(k, plan.max_partials, s);

@@ -42,6 +42,11 @@ struct KParams {
   // LaunchKernel): the families of one run write disjoint tiles, so they
   // may overlap.
   bool after_previous;
+  // The channel-last backward sums the partials itself after a grid
+  // barrier (launched cooperatively, every block resident; LaunchBwdCl):
+  // 0 no (reduce_dw_kernel follows), 1 a team per channel, 2 a lane per
+  // channel (ReduceDwLanes).
+  int32_t fused_reduce;
 };
 
 inline KParams MakeParams(const Conv1dProblem& p, const Conv1dPlanInfo& plan,

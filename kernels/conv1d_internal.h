@@ -357,11 +357,17 @@ int32_t LaunchFwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan
                               const Conv1dSegment* segs, void* ws, Stream s);
 int32_t LaunchFwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
                              const Conv1dSegment* segs, void* ws, Stream s);
-// Blocks of the channel-last forward kernel of p's type and width that the
-// current device holds at once (multiprocessors times blocks per
-// multiprocessor), or 0 when the runtime cannot say. Cached per thread,
-// device, type and width.
-int64_t FwdClResidentBlocks(const Conv1dProblem& p);
+// Blocks of a kernel of the given type and width that the current device
+// holds at once (multiprocessors times blocks per multiprocessor), or 0
+// when the runtime cannot say; kBwdClCooperative also 0 when the device
+// cannot launch cooperatively. Cached per thread, device, kernel, type and
+// width (resident_blocks.hip).
+enum class ResidentKernel : int32_t { kFwdCl, kBwdClCooperative };
+int64_t ResidentBlocks(ResidentKernel kernel, ScalarType type, int32_t width);
+// The channel-last forward's, for p's type and width.
+inline int64_t FwdClResidentBlocks(const Conv1dProblem& p) {
+  return ResidentBlocks(ResidentKernel::kFwdCl, p.x_type, p.width);
+}
 int32_t LaunchBwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
                               const Conv1dSegment* segs, void* ws, Stream s);
 int32_t LaunchBwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,

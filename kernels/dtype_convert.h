@@ -40,7 +40,8 @@ __device__ __forceinline__ uint16_t float_to_f16(float f) {
   return __half_as_ushort(__float2half_rn(f));
 }
 
-// Element type tags: storage type, conversions, elements per 16 bytes.
+// Element type tags: storage type, conversions, elements per 16 bytes;
+// kId is the ScalarType value.
 struct F32 {
   using S = float;
   static constexpr int kId = 0;

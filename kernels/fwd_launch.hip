@@ -3,8 +3,6 @@
 // after the first is a dependent launch (LaunchKernel in conv1d_device.h):
 // its blocks take the SMs the one before frees in its last wave (the
 // families write disjoint tiles).
-#include <vector>
-
 #include "kernels/fwd_common.h"
 
 namespace conv1d::kernels {
@@ -67,39 +65,6 @@ int32_t LaunchFwdChannelFirst(const Conv1dProblem& p, const Conv1dPlanInfo& plan
     case ScalarType::kBF16: return LaunchCf<BF16>(k, plan, st);
   }
   return hipErrorInvalidValue;
-}
-
-int64_t FwdClResidentBlocks(const Conv1dProblem& p) {
-  struct Entry {
-    int device;
-    ScalarType type;
-    int32_t width;
-    int64_t blocks;
-  };
-  thread_local std::vector<Entry> cache;
-  int device = 0;
-  if (hipGetDevice(&device) != hipSuccess) {
-    (void)hipGetLastError();
-    return 0;
-  }
-  for (const Entry& e : cache) {
-    if (e.device == device && e.type == p.x_type && e.width == p.width) return e.blocks;
-  }
-  int sms = 0;
-  if (hipDeviceGetAttribute(&sms, hipDeviceAttributeMultiprocessorCount, device) != hipSuccess) {
-    (void)hipGetLastError();
-    return 0;
-  }
-  int per_sm = 0;
-  switch (p.x_type) {
-    case ScalarType::kF32: per_sm = FwdClBlocksPerSm<F32>(p.width); break;
-    case ScalarType::kF16: per_sm = FwdClBlocksPerSm<F16>(p.width); break;
-    case ScalarType::kBF16: per_sm = FwdClBlocksPerSm<BF16>(p.width); break;
-  }
-  if (per_sm == 0) (void)hipGetLastError();
-  const int64_t blocks = static_cast<int64_t>(sms) * per_sm;
-  cache.push_back({device, p.x_type, p.width, blocks});
-  return blocks;
 }
 
 int32_t LaunchFwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,

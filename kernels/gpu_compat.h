@@ -21,6 +21,7 @@
 #define CONV1D_PLATFORM_HIP 1
 
 #if defined(__HIPCC__)
+#include <hip/hip_cooperative_groups.h>
 // Shuffles within a 32-lane team. On wave64 hardware the width argument keeps
 // each half of the wavefront separate, so a team is always 32 lanes.
 template <class T>
@@ -40,6 +41,9 @@ __device__ __forceinline__ void gpu_team_sync() { __builtin_amdgcn_wave_barrier(
 __device__ __forceinline__ void gpu_allow_dependents() {}
 __device__ __forceinline__ void gpu_wait_prerequisites() {}
 __device__ __forceinline__ void gpu_exit_after_prerequisites() {}
+// Barrier of the whole grid, with its writes visible after it; only in a
+// kernel launched by hipLaunchCooperativeKernel.
+__device__ __forceinline__ void gpu_grid_sync() { cooperative_groups::this_grid().sync(); }
 #endif
 
 #else  // CUDA
@@ -60,6 +64,8 @@ using hipDeviceProp_t = cudaDeviceProp;
 #define hipMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
 #define hipDeviceAttributeWarpSize cudaDevAttrWarpSize
 #define hipDeviceAttributeMultiprocessorCount cudaDevAttrMultiProcessorCount
+#define hipDeviceAttributeCooperativeLaunch cudaDevAttrCooperativeLaunch
+#define hipLaunchCooperativeKernel cudaLaunchCooperativeKernel
 #define hipGetDevice cudaGetDevice
 #define hipSetDevice cudaSetDevice
 #define hipGetDeviceCount cudaGetDeviceCount
@@ -98,6 +104,7 @@ using hipIpcMemHandle_t = cudaIpcMemHandle_t;
 #define hipIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 
 #if defined(__CUDACC__)
+#include <cooperative_groups.h>
 template <class T>
 __device__ __forceinline__ T gpu_shfl(T v, int src, int width) {
   return __shfl_sync(0xffffffffu, v, src, width);
@@ -136,6 +143,9 @@ __device__ __forceinline__ void gpu_exit_after_prerequisites() {
   asm volatile("griddepcontrol.wait;");
 #endif
 }
+// Barrier of the whole grid, with its writes visible after it; only in a
+// kernel launched by hipLaunchCooperativeKernel (every block resident).
+__device__ __forceinline__ void gpu_grid_sync() { cooperative_groups::this_grid().sync(); }
 #endif
 
 #endif  // platform
