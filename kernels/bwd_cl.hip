@@ -271,10 +271,11 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
     // call, empty past the walk.
     const S* xi = xb + t0 * D;
     const S* gi = gb + t0 * D;
-    int ni = 0;
-    auto issue = [&](int slot) {
-      if (ni < nstep) {
-        const bool ok = ni < nload;
+    // Step n's vectors (xi, gi point at them). `checked` false: the caller
+    // knows n < nload.
+    auto issue = [&](int slot, int n, bool checked) {
+      if (!checked || n < nstep) {
+        const bool ok = !checked || n < nload;
         if constexpr (kVB == 16) {
           copy16_async(&ring[(2 * slot) * kThreads + th], ok ? xi : xb, ok ? 16 : 0);
           copy16_async(&ring[(2 * slot + 1) * kThreads + th], ok ? gi : gb, ok ? 16 : 0);
@@ -286,10 +287,9 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
       copy_async_commit();
       xi += D;
       gi += D;
-      ++ni;
     };
 #pragma unroll
-    for (int q = 0; q < kP; ++q) issue(q);
+    for (int q = 0; q < kP; ++q) issue(q, q, true);
 
     const S* dfin = static_cast<const S*>(seg.in(Role::kDfinalStates));
     float w[N][W];
@@ -321,16 +321,15 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
 
     int rd = 0, wr = kP;  // slots of the step to compute and of the next issue
     S* dxt = dxb + (t0 - (W - 1)) * D;  // dx at the current step's output position
-    // Step i. `inner` (a constant at each call): W-1 <= i < nsum, so t < L,
-    // g is summed and dx lands at t-(W-1) in [t0, L) with no dfinal term;
-    // the walk's other steps check each of these.
-    auto body = [&](int i, bool inner) {
+    // Step i from slot `rs`, issuing step i + kP into slot `ws`. `inner` (a
+    // constant at each call): W-1 <= i < nsum, so t < L, g is summed and dx
+    // lands at t-(W-1) in [t0, L) with no dfinal term; the walk's other
+    // steps check each of these. `checked` false: i + kP < nload.
+    auto body_at = [&](int i, bool inner, int rs, int ws, bool checked) {
       copy_async_wait<kP - 1>();  // step i's group has landed
-      const V xr = ring[(2 * rd) * kThreads + th];
-      const V dr = ring[(2 * rd + 1) * kThreads + th];
-      issue(wr);
-      rd = rd + 1 == kSlots ? 0 : rd + 1;
-      wr = wr + 1 == kSlots ? 0 : wr + 1;
+      const V xr = ring[(2 * rs) * kThreads + th];
+      const V dr = ring[(2 * rs + 1) * kThreads + th];
+      issue(ws, i + kP, checked);
       float xv[N], dvv[N];
       {
         S xs[N], ds[N];
@@ -394,6 +393,12 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
       }
       dxt += D;
     };
+    // The slots advanced per step.
+    auto body = [&](int i, bool inner) {
+      body_at(i, inner, rd, wr, true);
+      rd = rd + 1 == kSlots ? 0 : rd + 1;
+      wr = wr + 1 == kSlots ? 0 : wr + 1;
+    };
     // The first W-1 steps, the inner steps, then the right halo.
     const int nhead = nsum < W - 1 ? nsum : W - 1;
     int i0 = 0;
@@ -402,7 +407,21 @@ __device__ __forceinline__ void bwd_cl_ring(const KParams& p, const Conv1dSegmen
     // kRotate: W-1 inner steps per iteration: the x and g windows come back
     // to the same registers, so shifting them costs no moves.
     constexpr int kU = W - 1;
-    if constexpr (detail::BwdClTraits<sizeof(S), W>::kRotate && kU > 1) {
+    constexpr bool kRot = detail::BwdClTraits<sizeof(S), W>::kRotate && kU > 1;
+    // When the ring's slots are a whole number of rotations, a whole turn
+    // of the ring per iteration: every slot a constant, and while the
+    // steps issued lie below nload, no checks (kSlots steps from slot kU,
+    // where the head left it).
+    if constexpr (kRot && kSlots % kU == 0) {
+      if (i0 == kU) {
+#pragma unroll 1
+        for (; i0 + kSlots <= nsum && i0 + kSlots + kP <= nload; i0 += kSlots) {
+#pragma unroll
+          for (int q = 0; q < kSlots; ++q) body_at(i0 + q, true, (kU + q) % kSlots, (kU + kP + q) % kSlots, false);
+        }
+      }
+    }
+    if constexpr (kRot) {
 #pragma unroll 1
       for (; i0 + kU <= nsum; i0 += kU) {
 #pragma unroll
