@@ -46,15 +46,18 @@ hipError_t LaunchCf(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s
 }
 
 // One wave of blocks (every tile's block resident at once) sums its own
-// partials after a grid barrier; more take reduce_dw_kernel after them.
+// partials after a grid barrier; more take reduce_dw_kernel after them, as
+// does a launch the runtime refuses to make cooperative (a device shared
+// under a limit on its multiprocessors holds fewer blocks than it has).
 template <class T>
-hipError_t LaunchCl(const KParams& k0, const Conv1dPlanInfo& plan, hipStream_t s) {
-  if (!detail::FastWidth(k0.width)) return hipErrorInvalidValue;
-  KParams k = k0;
+hipError_t LaunchCl(const KParams& k, const Conv1dPlanInfo& plan, hipStream_t s) {
+  if (!detail::FastWidth(k.width)) return hipErrorInvalidValue;
   if (plan.reduce_dw && k.total_tiles <= detail::ResidentBlocks(detail::ResidentKernel::kBwdClCooperative,
                                                                 static_cast<ScalarType>(T::kId), k.width)) {
-    k.fused_reduce = ReduceDwLanes(k, plan.max_partials) ? 2 : 1;
-    return LaunchBwdCl<T>(k, s);
+    KParams fused = k;
+    fused.fused_reduce = ReduceDwLanes(k, plan.max_partials) ? 2 : 1;
+    if (LaunchBwdCl<T>(fused, s) == hipSuccess) return hipSuccess;
+    (void)hipGetLastError();  // nothing was launched
   }
   const hipError_t e = LaunchBwdCl<T>(k, s);
   if (e != hipSuccess) return e;
