@@ -48,7 +48,8 @@ __device__ __forceinline__ void store_cl_partials(const KParams& p, const Conv1d
   __syncthreads();
 }
 
-// Channel-last (the scalar path, N = 1; vectors take bwd_cl_ring below):
+// Channel-last (the scalar path, N = 1; vectors take bwd_cl_ring in
+// bwd_cl.hip):
 // thread (tx, ty) owns channels d0..d0+N-1 and walks g over
 // t0 .. t0+kSteps+W-2 in groups of kGrp steps (x and dout of the next group
 // loaded while the current one is computed), carrying the last W-1 x and g
