@@ -303,12 +303,7 @@ hipError_t LaunchBwdCl(const KParams& k, hipStream_t s) {
 template <class T>
 int BwdClBlocksPerSm(int width) {
   int n = 0;
-  WidthSwitch(width, [&](auto w) {
-    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, bwd_cl_kernel<T, decltype(w)::value>, kClCols * kClRows, 0) !=
-        hipSuccess) {
-      n = 0;
-    }
-  });
+  WidthSwitch(width, [&](auto w) { n = BlocksPerSm(bwd_cl_kernel<T, decltype(w)::value>, kClCols * kClRows); });
   return n;
 }
 

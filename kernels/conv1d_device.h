@@ -114,6 +114,15 @@ __host__ __device__ __forceinline__ void BoolSwitch(bool b, F&& f) {
   else f(detail::Bool<false>{});
 }
 
+// Blocks of `kernel` at `threads` per block (no dynamic shared memory) that
+// one multiprocessor holds at once, from the runtime's occupancy query; 0
+// when the runtime cannot say (the caller clears the error).
+template <class Kernel>
+int BlocksPerSm(Kernel kernel, int threads) {
+  int n = 0;
+  return hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) == hipSuccess ? n : 0;
+}
+
 inline unsigned GridFor(int64_t blocks) {
   if (blocks < 1) blocks = 1;
   return static_cast<unsigned>(blocks < detail::kMaxGridBlocks ? blocks : detail::kMaxGridBlocks);

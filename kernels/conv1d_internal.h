@@ -364,6 +364,12 @@ int32_t LaunchFwdChannelLast(const Conv1dProblem& p, const Conv1dPlanInfo& plan,
 // width (resident_blocks.hip).
 enum class ResidentKernel : int32_t { kFwdCl, kBwdClCooperative };
 int64_t ResidentBlocks(ResidentKernel kernel, ScalarType type, int32_t width);
+// Tests only: makes this thread's ResidentBlocks answer `blocks` for the
+// current device, kernel, type and width, and returns the count it
+// answered before (0 when the runtime cannot name the device). A count
+// above what the device holds makes LaunchBwdChannelLast try a cooperative
+// launch the runtime refuses, which is how its fallback is tested.
+int64_t SetResidentBlocksForTesting(ResidentKernel kernel, ScalarType type, int32_t width, int64_t blocks);
 // The channel-last forward's, for p's type and width.
 inline int64_t FwdClResidentBlocks(const Conv1dProblem& p) {
   return ResidentBlocks(ResidentKernel::kFwdCl, p.x_type, p.width);

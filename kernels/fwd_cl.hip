@@ -273,12 +273,7 @@ hipError_t LaunchFwdCl(const KParams& k, hipStream_t s) {
 template <class T>
 int FwdClBlocksPerSm(int width) {
   int n = 0;
-  WidthSwitch(width, [&](auto w) {
-    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_cl_kernel<T, decltype(w)::value>, kClCols * kClRows, 0) !=
-        hipSuccess) {
-      n = 0;
-    }
-  });
+  WidthSwitch(width, [&](auto w) { n = BlocksPerSm(fwd_cl_kernel<T, decltype(w)::value>, kClCols * kClRows); });
   return n;
 }
 

@@ -3,7 +3,8 @@
 // partials itself after a grid barrier; a longer launch leaves them to
 // reduce_dw_kernel. Each segment below fits one wave alone and shares a
 // launch of more than one wave with a large segment; both runs match the
-// float64 reference and give the same bytes. Skip without a device.
+// float64 reference and give the same bytes; so does a launch the runtime
+// refuses to make cooperative. Skip without a device.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -23,6 +24,19 @@ using kernels::KernelOp;
 int64_t CooperativeResident(const Conv1dProblem& p) {
   return kernels::detail::ResidentBlocks(kernels::detail::ResidentKernel::kBwdClCooperative, p.x_type, p.width);
 }
+
+// While alive, this thread's cooperative channel-last count for p's type
+// and width reads `blocks`; `before` is what it read.
+struct RaisedResidentCount {
+  RaisedResidentCount(const Conv1dProblem& p, int64_t blocks)
+      : type(p.x_type), width(p.width),
+        before(kernels::detail::SetResidentBlocksForTesting(kKernel, type, width, blocks)) {}
+  ~RaisedResidentCount() { kernels::detail::SetResidentBlocksForTesting(kKernel, type, width, before); }
+  static constexpr auto kKernel = kernels::detail::ResidentKernel::kBwdClCooperative;
+  const ScalarType type;
+  const int32_t width;
+  const int64_t before;
+};
 
 // Channel blocks of 32 vectors (4 channels each on the vector path, one on
 // the scalar path); a tile is 8 x 64 steps of one row.
@@ -79,6 +93,38 @@ TEST(Conv1dClReduce, LaneModeInOneWave) {
     }
     const std::vector<SegmentData> segs = MakeSegments(p, shapes, rng);
     ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {0}));
+  }
+}
+
+// A launch that the occupancy query says fits one wave but the device does
+// not hold (as on a device shared under a limit on its multiprocessors):
+// the runtime refuses the cooperative launch and the launcher takes the
+// two-launch path. The query's answer for this thread is raised above the
+// device's capacity for the test; the segment alone and the fused launch
+// both exceed the real capacity, so both are refused, and both must still
+// match the float64 reference and each other byte for byte. (A runtime
+// that accepted such a launch would hang at the grid barrier.)
+TEST(Conv1dClReduce, RefusedCooperativeLaunchTakesTheTwoLaunchPath) {
+  REQUIRE_DEVICE();
+  std::mt19937_64 rng = TestRng();
+  for (const Pair& pr : {kPairs[0], kPairs[2]}) {
+    for (int64_t D : {8, 37}) {
+      const Conv1dProblem p = MakeProblem(KernelOp::kBackward, pr, KernelLayout::kChannelLast, D, 4, 0x1f);
+      const int64_t resident = CooperativeResident(p);
+      if (resident <= 0) GTEST_SKIP() << "the device cannot launch cooperatively";
+      const int64_t big = resident + 5;
+      const std::vector<std::array<int64_t, 2>> shapes = {{3, 700},
+                                                          {(big + ChannelBlocks(D) - 1) / ChannelBlocks(D), 300}};
+      std::vector<Conv1dSegment> table;
+      ASSERT_GT(PlanShapes(p, {shapes[1]}, &table).total_tiles, resident);
+      const std::vector<SegmentData> segs = MakeSegments(p, shapes, rng);
+      {
+        const RaisedResidentCount raised(p, int64_t{1} << 40);
+        ASSERT_EQ(raised.before, resident);
+        ASSERT_NO_FATAL_FAILURE(ExpectFusedEqualSeparate(p, segs, {0, 1}));
+      }
+      ASSERT_EQ(CooperativeResident(p), resident);
+    }
   }
 }
 
