@@ -18,11 +18,11 @@ using detail::WidthSwitch;
 template <class T, int W, bool kSilu>
 __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSegment& seg,
                                                  int64_t row_begin, int nrt, int lane,
-                                                 uint4 (*stage)[2][kTeam]) {
+                                                 uint4 (*stage)[2][kTeam], RowSums<W>& sums) {
   ShortWalk<T> wk(seg, row_begin, nrt, lane, stage);
   wk.start();
   float wl[W], bl, il[W - 1], fl[W - 1];
-  RowChannel<int64_t> ch(row_begin + wk.sub, p.dim);
+  constexpr int kG = detail::kBwdShortSumSteps;
 #pragma unroll 1
   for (int st = 0; st < wk.nsteps; ++st) {
     if ((st & (wk.lpr - 1)) == 0) {
@@ -33,9 +33,12 @@ __device__ __forceinline__ void bwd_cf_run_team(const KParams& p, const Conv1dSe
     wk.take(st, xb, db);
     const int rr = st * wk.rps + wk.sub;
     const int64_t r = row_begin + rr;
-    bwd_cf_short_step<T, W>(p, wk, st, xb, db, wl, bl, il, fl, rr, rr & (kTeam - 1), r, ch,
+    bwd_cf_short_step<T, W>(p, wk, st, xb, db, wl, bl, il, fl, rr, rr & (kTeam - 1), r, sums,
                             std::integral_constant<bool, kSilu>{});
     wk.next_out();
+    if ((st & (kG - 1)) == kG - 1 || st + 1 == wk.nsteps) {
+      flush_row_sums<T, W>(p, wk, sums, row_begin, st & ~(kG - 1), (st & (kG - 1)) + 1);
+    }
   }
   wk.finish();  // the ring is free for the team's next run
 }
@@ -49,6 +52,8 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
   constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   // Each team's ring of in-flight steps (bwd_cf_run_team).
   __shared__ uint4 stage[kTeams][detail::kBwdShortPrefetch + 1][2][kTeam];
+  // Each team's dweight/dbias terms of its last steps (flush_row_sums).
+  __shared__ RowSums<W> sums[kTeams];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
     const int nrt = static_cast<int>(row_end - row_begin);
     if constexpr (detail::HaloInVector(W, kVecElts<T>)) {
       BoolSwitch(p.silu, [&](auto silu) {
-        bwd_cf_run_team<T, W, decltype(silu)::value>(p, seg, row_begin, nrt, lane, stage[team]);
+        bwd_cf_run_team<T, W, decltype(silu)::value>(p, seg, row_begin, nrt, lane, stage[team], sums[team]);
       });
     }
     tile += run;

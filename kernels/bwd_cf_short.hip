@@ -16,7 +16,7 @@ using detail::WidthSwitch;
 template <class T, int W>
 __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dSegment& seg,
                                                  int64_t local, int lane,
-                                                 uint4 (*stage)[2][kTeam]) {
+                                                 uint4 (*stage)[2][kTeam], RowSums<W>& sums) {
   const int64_t nrows = seg.batch * p.dim;
   const int64_t row_begin = local * seg.rows_per_tile;
   const int64_t left = nrows - row_begin;
@@ -25,15 +25,18 @@ __device__ __forceinline__ void bwd_cf_rows_team(const KParams& p, const Conv1dS
   wk.start();
   float wl[W], bl, il[W - 1], fl[W - 1];
   load_short_row<T, W>(p, seg, row_begin + lane, lane < nrt, wl, bl, il, fl);
-  RowChannel<int32_t> ch(row_begin + wk.sub, p.dim);
+  constexpr int kG = detail::kBwdShortSumSteps;
 #pragma unroll 1
   for (int st = 0; st < wk.nsteps; ++st) {
     uint4 xb, db;
     wk.take(st, xb, db);
     const int rr = st * wk.rps + wk.sub;  // < kTeam: the tile's rows are one group
     const int64_t r = row_begin + rr;
-    bwd_cf_short_step<T, W>(p, wk, st, xb, db, wl, bl, il, fl, rr, rr, r, ch, p.silu);
+    bwd_cf_short_step<T, W>(p, wk, st, xb, db, wl, bl, il, fl, rr, rr, r, sums, p.silu);
     wk.next_out();
+    if ((st & (kG - 1)) == kG - 1 || st + 1 == wk.nsteps) {
+      flush_row_sums<T, W>(p, wk, sums, row_begin, st & ~(kG - 1), (st & (kG - 1)) + 1);
+    }
   }
   wk.finish();  // the ring is free for the team's next tile
 }
@@ -47,6 +50,8 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
   constexpr int kTeams = detail::BwdShortTeams(sizeof(typename T::S));
   // Each team's ring of in-flight steps (bwd_cf_rows_team).
   __shared__ uint4 stage[kTeams][detail::kBwdShortPrefetch + 1][2][kTeam];
+  // Each team's dweight/dbias terms of its last steps (flush_row_sums).
+  __shared__ RowSums<W> sums[kTeams];
   const int lane = threadIdx.x % kTeam;
   const int team = threadIdx.x / kTeam;
   const int64_t ntiles = p.total_tiles - p.tile_begin;
@@ -60,7 +65,7 @@ __global__ void __launch_bounds__(kTeam * detail::BwdShortTeams(sizeof(typename 
     if (!is_short_tile(seg)) continue;
     // The planner gives this kernel no tile when the halo exceeds a vector.
     if constexpr (detail::HaloInVector(W, kVecElts<T>)) {
-      bwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team]);
+      bwd_cf_rows_team<T, W>(p, seg, tile - seg.tile_begin, lane, stage[team], sums[team]);
     }
   }
   gpu_exit_after_prerequisites();  // see LaunchKernel

@@ -10,16 +10,18 @@
 // (load_short_row), fetched per step by shuffle. Per step
 // (bwd_cf_short_step): left x̃ halo from the previous lane (the initial
 // state for a row's first lane), g once per element, right g halo from the
-// next lane (zero past L), dx, and each row's dweight/dbias summed over its
-// lpr lanes (row_sums_scatter, fixed order), stored by the lanes that end
-// with them: the channel's value itself when B == 1 (ws_partial_offset <
-// 0), else its partial for reduce_dw_kernel. Lanes past L or past the
-// walk's rows read zeros (g = 0) and store nothing. Results do not depend
-// on how rows are grouped in tiles, runs or steps.
+// next lane (zero past L), dx, and each lane's W + 1 dweight/dbias terms,
+// written to the team's RowSums record of the last kSumSteps steps. Every
+// kSumSteps steps and at the walk's end, flush_row_sums sums each row of
+// those steps over its lpr lanes (in lane order) and stores it: the
+// channel's value itself when B == 1 (kWsDirect), else its partial for
+// reduce_dw_kernel. Lanes past L or past the walk's rows read zeros (g =
+// 0) and store nothing. Results do not depend on how rows are grouped in
+// tiles, runs or steps.
 //
 // Used by kernels/bwd_cf_short.hip and kernels/bwd_cf_run.hip only. Device
 // functions and per-lane state; nothing shared between lanes but the
-// team's ring.
+// team's ring and row-sum record, each used by its team alone.
 #ifndef CONV1D_KERNELS_BWD_CF_SHORT_STEP_H_
 #define CONV1D_KERNELS_BWD_CF_SHORT_STEP_H_
 
@@ -29,35 +31,13 @@
 
 namespace conv1d::kernels::dev {
 
-// The channel of a lane's row of the step, carried from step to step (the
-// rows advance by rps; a division per step cost 24 instructions). I =
-// int64_t always carries; I = int32_t (for kernels whose registers are
-// tight: a 64-bit carry spilled at the fp32 kernel's 80) carries when the
-// channels fit 31 bits, else divides.
-template <class I>
-struct RowChannel {
-  static constexpr bool kAlways = sizeof(I) >= sizeof(int64_t);
-  bool carry;
-  I d;
-  __device__ __forceinline__ RowChannel(int64_t row, int64_t dim)
-      : carry(kAlways || dim <= INT32_MAX), d(carry ? static_cast<I>(mod_fast(row, dim)) : 0) {}
-  // The channel of `row` (this step's row), then on to the next step's.
-  __device__ __forceinline__ int64_t next(int64_t row, int64_t dim, int rps) {
-    if (!kAlways && !carry) return mod_fast(row, dim);
-    const I here = d;
-    d += rps;
-    if constexpr (kAlways) {
-      // Once at most when D >= rps; no loop (a loop's branches cost the
-      // 16-bit step 9 instructions and a reconvergence).
-      if (d >= dim) d -= static_cast<I>(dim);
-      if (d >= dim) d = static_cast<I>(mod_fast(d, dim));
-    } else {
-      // The fp32 kernel (80 registers) was 0.8 points faster with the loop.
-      while (d >= dim) d -= static_cast<I>(dim);
-    }
-    return here;
-  }
-};
+// A team's dweight/dbias terms of its last kSumSteps steps:
+// [step % kSumSteps][k][lane] (k == W: dbias). Rows of kTeam + 4 floats:
+// the lanes that sum a record row read 16 bytes at a time, and the padding
+// puts the rows that one quarter-warp reads on different banks.
+inline constexpr int kSumRow = kTeam + 4;
+template <int W>
+using RowSums = float[detail::kBwdShortSumSteps][W + 1][kSumRow];
 
 // Weights, bias and states of row r (zeros when !valid): lane l loads those
 // of its group's row l.
@@ -202,16 +182,16 @@ struct ShortWalk {
 };
 
 // Step st of a walk: row rr = st * rps + sub of the walk, rs of its group
-// of kTeam rows (the lane holding its parameters), r of the segment, its
-// channel from ch (which moves on to the next step's). x and dout in xb
-// and db; the group's row parameters in wl .. fl (lane l: row l of the
-// group). silu: bool, or a std::integral_constant to drop the other branch
-// at compile time.
-template <class T, int W, class I, class Silu>
+// of kTeam rows (the lane holding its parameters), r of the segment. x and
+// dout in xb and db; the group's row parameters in wl .. fl (lane l: row l
+// of the group). The lane's dweight/dbias terms go to sums[st %
+// kSumSteps]. silu: bool, or a std::integral_constant to drop the other
+// branch at compile time.
+template <class T, int W, class Silu>
 __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortWalk<T>& wk, int st,
                                                   uint4 xb, uint4 db, const float (&wl)[W], float bl,
                                                   const float (&il)[W - 1], const float (&fl)[W - 1],
-                                                  int rr, int rs, int64_t r, RowChannel<I>& ch,
+                                                  int rr, int rs, int64_t r, RowSums<W>& sums,
                                                   Silu silu) {
   using S = typename T::S;
   constexpr int N = kVecElts<T>;
@@ -295,36 +275,60 @@ __device__ __forceinline__ void bwd_cf_short_step(const KParams& p, const ShortW
       store_dinit_row<T, W>(wk.dinit0 + r * kH, w, g);
     }
   }
-  // The row's W + 1 sums over its lpr lanes, stored by the lanes that end
-  // with them.
-  const int64_t d = ch.next(r, p.dim, wk.rps);
-  const int64_t ws_off = wk.ws_off;
-  const int64_t b = ws_off < 0 ? 0 : div_fast(r, p.dim);
-  void* const dweight = wk.dweight;
-  void* const dbias = wk.dbias;
-  const int64_t seg_batch = wk.seg_batch;
-  // B = 1 with fp32 dweight (the common case): a store without the
-  // dtype's branches, which the lanes holding sums take apart from the
-  // rest. Only where the registers allow it: in the fp32 kernel (80) and
-  // the 16-bit one past W = 5 it spilled 36-96 bytes and lost 5 points.
-  constexpr bool kDirect = sizeof(S) < 4 && W <= 5;
-  const bool direct32 = kDirect && ws_off < 0 && p.gwtype == 0;
-  row_sums_scatter<W>(dws, wk.lane, wk.lpr, [&](int k, float v, bool mine) {
-    if (direct32) {
-      float* const dst = k < W ? static_cast<float*>(dweight) + d * W + k
-                               : static_cast<float*>(dbias) + d;
-      if (mine && rowv && (k < W || p.has_bias)) *dst = v;
-      return;
+  float (&mine)[W + 1][kSumRow] = sums[st & (detail::kBwdShortSumSteps - 1)];
+#pragma unroll
+  for (int k = 0; k <= W; ++k) mine[k][wk.lane] = dws[k];
+}
+
+// The row sums of steps st0 .. st0 + nq - 1 of a walk from row_begin
+// (nq <= kSumSteps; st0 a multiple of kSumSteps), from `sums`: lanes_per_row /
+// kSumSteps lanes take each row of those steps (lane l: row l / that of the
+// group, sums k = l % that, + that, ... <= W), each sum over the row's lpr
+// lanes in lane order, and store it as the step used to. Every lane of the
+// team calls it; it orders the record's writes before it and its reads
+// before the next steps' writes.
+template <class T, int W>
+__device__ __forceinline__ void flush_row_sums(const KParams& p, const ShortWalk<T>& wk,
+                                               const RowSums<W>& sums, int64_t row_begin, int st0,
+                                               int nq) {
+  constexpr int kG = detail::kBwdShortSumSteps;
+  gpu_team_sync();
+  const int lpr = wk.lpr;
+  const int per_row = lpr / kG;  // >= 1: lpr >= kMinLanesPerRow >= kG
+  const int rho = wk.lane / per_row;  // per_row is a power of two (so are lpr, rps)
+  const int rps_log = 31 - __clz(wk.rps);
+  const int q = rho >> rps_log;
+  const int j = rho & (wk.rps - 1);
+  const int rr = st0 * wk.rps + rho;
+  if (q < nq && rr < wk.nrt) {
+    const int64_t r = row_begin + rr;
+    const int64_t ws_off = wk.ws_off;
+    // kWsDirect (B == 1): the row is the channel. Else the partial's slot.
+    float* part = nullptr;
+    if (ws_off >= 0) {
+      const int64_t d = mod_fast(r, p.dim), b = div_fast(r, p.dim);
+      part = p.partials + ws_off + (d * wk.seg_batch + b) * (W + 1);
     }
-    if (!mine || !rowv) return;
-    if (ws_off < 0) {
-      // B = 1 (planner): the channel's whole sum.
-      if (k < W) store_any(dweight, d * W + k, p.gwtype, v);
-      else if (p.has_bias) store_any(dbias, d, p.gwtype, v);
-    } else {
-      p.partials[ws_off + (d * seg_batch + b) * (W + 1) + k] = v;
+    const int nv = lpr / 4;
+#pragma unroll 1
+    for (int k = wk.lane & (per_row - 1); k <= W; k += per_row) {
+      const float4* v = reinterpret_cast<const float4*>(&sums[q][k][j * lpr]);
+      float acc = 0.0f;
+#pragma unroll 2
+      for (int i = 0; i < nv; ++i) {
+        const float4 t = v[i];
+        acc += (t.x + t.y) + (t.z + t.w);  // one add on the chain per vector
+      }
+      if (part != nullptr) {
+        part[k] = acc;
+      } else if (k < W) {
+        store_any(wk.dweight, r * W + k, p.gwtype, acc);
+      } else if (p.has_bias) {
+        store_any(wk.dbias, r, p.gwtype, acc);
+      }
     }
-  });
+  }
+  gpu_team_sync();
 }
 
 }  // namespace conv1d::kernels::dev

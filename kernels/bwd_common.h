@@ -1,6 +1,6 @@
 // Device pieces shared by the backward kernel families (kernels/bwd_*.hip):
-// the gradient through the activation, the short-row dweight
-// reduce-scatter, and each family's launcher. A family launcher launches
+// the gradient through the activation, the masks of a vector at a row's
+// ends, and each family's launcher. A family launcher launches
 // its kernel over the tiles [k.tile_begin, k.total_tiles) of the planned
 // table on stream s and returns the launch error; bwd_launch.hip picks the
 // families of a launch.
@@ -134,70 +134,6 @@ __device__ __forceinline__ void mask_outside_row(const KParams& p, const Conv1dS
     if (t < 0 || t >= L) {
       dv[e] = 0.0f;
       xf[kOff + e] = t < 0 ? x_tilde_cf<T>(p, seg, xrow, row, t, W) : 0.0f;
-    }
-  }
-}
-
-// One level of a reduce-scatter between lane pairs (lane ^ m) of nin
-// values: the lane whose bit is 0 keeps the sums of values 0 .. nout-1, its
-// partner those of nout .. nin-1 (zeros past nin). nin == nout (one value):
-// a plain butterfly step.
-template <int kIn, int kOut>
-__device__ __forceinline__ void scatter_level(const float (&in)[kIn], float (&out)[kOut], int bit, int m) {
-  static_assert(kOut == (kIn + 1) / 2, "halves");
-  if constexpr (kIn == 1) {
-    out[0] = in[0] + gpu_shfl_xor(in[0], m, kTeam);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kOut; ++i) {
-      const float lo = in[i];
-      const float hi = kOut + i < kIn ? in[kOut + i < kIn ? kOut + i : 0] : 0.0f;
-      const float got = gpu_shfl_xor(bit ? lo : hi, m, kTeam);
-      out[i] = (bit ? hi : lo) + got;
-    }
-  }
-}
-
-// The W + 1 sums (dweight, dbias) of a short row over its lpr lanes (xor
-// masks below lpr stay inside the row's lane group; lpr a power of two >=
-// 4), in a fixed order. A reduce-scatter: at masks 1, 2 and 4 each lane
-// pair splits the values it holds, so a lane ends with ceil((W + 1) / 8)
-// of them (lpr = 4: ceil((W + 1) / 4)), chosen by its low lane bits; plain
-// butterflies over the higher masks do the rest. Every lane calls
-// put(k, v, mine) for each value it holds (no divergent branch around the
-// stores); mine is true once per k in the row, on the lane of the row's
-// lanes 0..7 that holds sum k, and only there are k and v meaningful.
-template <int W, class Put>
-__device__ __forceinline__ void row_sums_scatter(const float (&dws)[W + 1], int lane, int lpr,
-                                                 Put&& put) {
-  constexpr int kN1 = (W + 2) / 2;    // values held after mask 1
-  constexpr int kN2 = (kN1 + 1) / 2;  // after mask 2
-  constexpr int kN3 = (kN2 + 1) / 2;  // after mask 4
-  const int b0 = lane & 1, b1 = (lane >> 1) & 1, b2 = (lane >> 2) & 1;
-  const bool first8 = (lane & (lpr - 1)) < 8;
-  float h1[kN1], h2[kN2], h3[kN3];
-  scatter_level<W + 1, kN1>(dws, h1, b0, 1);
-  scatter_level<kN1, kN2>(h1, h2, b1, 2);
-  const int kb = b0 ? kN1 : 0;              // h1[j] holds sum kb + j ..
-  const int cnt = b0 ? W + 1 - kN1 : kN1;  // .. for j < cnt (zeros after)
-  const int j = b1 ? kN2 : 0;               // h2[i] is h1[j + i]
-  auto emit = [&](int jj, float v) { put(kb + jj, v, first8 && jj < cnt); };
-  if (lpr == 4) {
-#pragma unroll
-    for (int i = 0; i < kN2; ++i) emit(j + i, h2[i]);
-  } else {
-    scatter_level<kN2, kN3>(h2, h3, b2, 4);
-    const int off = kN2 > 1 && b2 ? kN3 : 0;  // h3[i] is h2[off + i], zero past kN2
-#pragma unroll
-    for (int i = 0; i < kN3; ++i) {
-#pragma unroll
-      for (int m = 8; m < kTeam; m <<= 1) {
-        // Every lane shuffles (no divergent branch around the shuffle);
-        // rows of fewer lanes drop the value.
-        const float o = gpu_shfl_xor(h3[i], m, kTeam);
-        if (m < lpr) h3[i] += o;
-      }
-      if (off + i < kN2) emit(j + off + i, h3[i]);
     }
   }
 }

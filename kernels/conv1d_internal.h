@@ -172,16 +172,21 @@ struct BwdWalkTraits {
 // kPersist true (fp16/bf16): the launcher gives the kernel no more blocks
 // than the device holds at once (SM count x kMinBlocks) and each team takes
 // an even, contiguous share of the tiles, walked as one run per segment
-// (bwd_cf_run_team); tiles are then of one step (at least 2 rows).
+// (bwd_cf_run_team); tiles are then of one step (at least 2 rows). A step's
+// dweight/dbias sums per lane go to the team's shared record of the last
+// kSumSteps steps, whose rows are summed and stored together
+// (flush_row_sums).
 template <int kElemBytes>
 struct BwdShortTraits {
   // Teams per block; kMinBlocks counts blocks of kTeams teams (the same
   // threads per SM as 3 (fp32) / 2 blocks of 8 teams). 4 and 2 teams were
   // within 0.3 points of 8 on the fused and mixed-length launches (H200,
-  // 2026-11-29).
-  static constexpr int kTeams = 8;
+  // 2026-11-29); 4 leave room for the row sums in static shared memory.
+  static constexpr int kTeams = 4;
   static constexpr int kMinBlocks = (kElemBytes == 4 ? 3 : 2) * 8 / kTeams;
   static constexpr int kPrefetch = 4;
+  static constexpr int kSumSteps = 4;
+  static_assert(kSumSteps <= kMinLanesPerRow, "a row group of kSumSteps steps holds at most kTeam rows");
   static constexpr bool kPersist = kElemBytes != 4;
   static constexpr int kSteps = kPersist ? 1 : 16;  // steps per tile (planner cap)
   static constexpr int64_t kTiles = 4096;
@@ -282,6 +287,7 @@ constexpr bool BwdShortPersist(int elem_bytes) {
   return elem_bytes == 4 ? BwdShortTraits<4>::kPersist : BwdShortTraits<2>::kPersist;
 }
 inline constexpr int kBwdShortPrefetch = BwdShortTraits<4>::kPrefetch;
+inline constexpr int kBwdShortSumSteps = BwdShortTraits<4>::kSumSteps;
 constexpr int BwdShortSteps(int elem_bytes) {
   return elem_bytes == 4 ? BwdShortTraits<4>::kSteps : BwdShortTraits<2>::kSteps;
 }
