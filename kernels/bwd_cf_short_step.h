@@ -81,8 +81,11 @@ struct ShortWalk {
   // step to issue, the step to compute), which spares a step its 64-bit
   // products; else each is the step-0 pointer plus st * step_off. Moving
   // them took fused64 bf16 bwd from 54.7 to 56.7 % of a copy and the fp32
-  // kernel (80 registers) from 70.2 to 68.7 (H200, 2026-11-29).
+  // kernel (80 registers) from 70.2 to 68.7 (H200, 2026-11-29). Without
+  // kMove the walk is one tile (at most kTeam rows, a step at most kTeam *
+  // N elements), so st * step_off fits 32 bits.
   static constexpr bool kMove = sizeof(S) < 4;
+  static_assert(kMove || !detail::BwdShortPersist(sizeof(S)), "32-bit step offsets need walks of one tile");
   const S* xp;  // this lane's x, dout and dx at step 0
   const S* dp;
   S* dxp;
@@ -149,7 +152,7 @@ struct ShortWalk {
         di += step_off;
       } else {
         const bool ok = inrow && st * rps + sub < nrt;
-        const int64_t off = ok ? st * step_off : 0;
+        const int off = ok ? st * static_cast<int>(step_off) : 0;
         copy16_async(&stage[slot][0][lane], xp + off, ok ? 16 : 0);
         copy16_async(&stage[slot][1][lane], dp + off, ok ? 16 : 0);
       }
@@ -172,7 +175,7 @@ struct ShortWalk {
   // Where step st's dx goes; next_out() after its store moves on.
   __device__ __forceinline__ S* out(int st) const {
     if constexpr (kMove) return dxs;
-    return dxp + st * step_off;
+    return dxp + st * static_cast<int>(step_off);
   }
   __device__ __forceinline__ void next_out() {
     if constexpr (kMove) dxs += step_off;
@@ -294,10 +297,11 @@ __device__ __forceinline__ void flush_row_sums(const KParams& p, const ShortWalk
   constexpr int kG = detail::kBwdShortSumSteps;
   gpu_team_sync();
   const int lpr = wk.lpr;
-  const int per_row = lpr / kG;  // >= 1: lpr >= kMinLanesPerRow >= kG
-  const int rho = wk.lane / per_row;  // per_row is a power of two (so are lpr, rps)
-  const int rps_log = 31 - __clz(wk.rps);
-  const int q = rho >> rps_log;
+  static_assert(kG == 4 && kTeam == 32, "the shifts below");
+  const int per_row = lpr >> 2;  // >= 1: lpr >= kMinLanesPerRow >= kG
+  const int lpr_log = 31 - __clz(lpr);  // lpr and rps are powers of two
+  const int rho = wk.lane >> (lpr_log - 2);
+  const int q = rho >> (5 - lpr_log);   // rps == kTeam / lpr
   const int j = rho & (wk.rps - 1);
   const int rr = st0 * wk.rps + rho;
   if (q < nq && rr < wk.nrt) {
