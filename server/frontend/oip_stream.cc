@@ -2,9 +2,10 @@
 // in, ModelStreamInferResponse out (oip_service.h states the contract).
 //
 // Each request read is copied out of the read buffer into its own item and
-// started through OipService::StartInfer; the next read starts at once, so
-// a client may have many requests of one stream in flight, and they fuse
-// with everything else queued. Answers are written one at a time in
+// started through OipService::StartInfer; the next read starts as soon as
+// that call returns (so requests reach it in stream order, which sequences
+// need), and a client may have many requests of one stream in flight, which
+// fuse with everything else queued. Answers are written one at a time in
 // completion order from a queue. The stream finishes once the client has
 // half-closed (or gone) and every started request has been answered; only
 // then may gRPC call OnDone, so no completion ever touches a freed reactor.
@@ -44,18 +45,20 @@ class OipService::Stream final
       absl::MutexLock lock(&mu_);
       ++pending_;
     }
-    StartRead(&request_);
     item->info = service_->Begin("ModelStreamInfer", context_,
                                  static_cast<int64_t>(item->request.ByteSizeLong()));
     if (!item->info.auth.ok()) {
       Answer(item, item->info.auth);
-      return;
+    } else {
+      inference::ModelInferResponse* response = item->answer.mutable_infer_response();
+      service_->StartInfer(context_, &item->request, response, item->info.principal, nullptr,
+                           nullptr, item, &item->call,
+                           [this, item](const absl::Status& status) { Answer(item, status); });
     }
-    inference::ModelInferResponse* response = item->answer.mutable_infer_response();
-    service_->StartInfer(context_, &item->request, response, item->info.principal, nullptr,
-                         nullptr, item,
-                         &item->call,
-                         [this, item](const absl::Status& status) { Answer(item, status); });
+    // Only now the next read: its OnReadDone may run on another thread, and
+    // a sequence's requests must reach StartInfer in stream order (a step
+    // started before its sequence_start found no open sequence).
+    StartRead(&request_);
   }
 
   void OnWriteDone(bool ok) override {
